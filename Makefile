@@ -1,0 +1,39 @@
+# One entry point for a newcomer and for CI: `make check`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY_PACKAGES := jobgate store gateway_server worker_server tests bench tools
+
+.PHONY: check venv proto test lint typecheck buf-lint clean
+
+check: venv lint typecheck test
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Installs the pinned dependencies; re-runs when the pins or the project change.
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+proto: venv
+	$(BIN)/python tools/gen_protos.py
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy --strict jobgate store gateway_server worker_server tests bench tools
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+buf-lint:
+	npx --yes @bufbuild/buf lint
+
+clean:
+	rm -rf $(VENV)

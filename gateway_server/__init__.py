@@ -1,0 +1,1 @@
+"""JobService: the gRPC gateway internal services call."""

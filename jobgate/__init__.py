@@ -1,0 +1,1 @@
+"""jobgate: a durable job gateway for GPU work (client, worker daemon, CLI)."""

@@ -1,0 +1,1 @@
+"""Generated stubs for the jobgate.v1 API (see proto/jobgate/v1)."""

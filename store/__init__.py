@@ -1,0 +1,56 @@
+"""Durable job state: the Store protocol, its model, errors and backends.
+
+This package is the only place that imports redis.
+"""
+
+from __future__ import annotations
+
+from store.errors import (
+    IdempotencyKeyReused,
+    InvalidRequest,
+    JobCancelled,
+    JobNotFound,
+    LeaseLost,
+    QueueFull,
+    QuotaExceeded,
+    StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+)
+from store.model import StoreSettings
+from store.protocol import Store
+
+__all__ = [
+    "IdempotencyKeyReused",
+    "InvalidRequest",
+    "JobCancelled",
+    "JobNotFound",
+    "LeaseLost",
+    "QueueFull",
+    "QuotaExceeded",
+    "Store",
+    "StoreError",
+    "StoreMisconfigured",
+    "StoreSettings",
+    "StoreUnavailable",
+    "open_store",
+]
+
+
+def open_store(
+    url: str | None, settings: StoreSettings | None = None, partition: str = "default"
+) -> Store:
+    """The store for a URL: None or "memory://" is LocalStore, "redis://..." is RedisStore.
+
+    The caller awaits `store.open()` before use.
+    """
+    settings = settings or StoreSettings()
+    if url is None or url.startswith("memory://"):
+        from store.memory import LocalStore
+
+        return LocalStore(settings)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from store.redis_store import RedisStore
+
+        return RedisStore(url, settings, partition=partition)
+    raise ValueError(f"unsupported store URL {url!r}: use memory:// or redis://")

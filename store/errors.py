@@ -1,0 +1,119 @@
+"""The store's exceptions: one root, each with a canonical code and reason.
+
+Codes are `google.rpc.Code` values (transport-neutral); the servers map any
+`StoreError` to a gRPC status in one place via `to_status()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+from google.protobuf import duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+ERROR_DOMAIN = "jobgate.dev"
+
+
+class StoreError(Exception):
+    """Root of every error the store raises."""
+
+    code: int = code_pb2.INTERNAL
+    reason: str = ""
+    retry_after: timedelta | None = None
+
+    def __init__(self, message: str, **metadata: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: Mapping[str, str] = metadata
+
+    def to_status(self) -> status_pb2.Status:
+        """A google.rpc.Status with ErrorInfo, plus RetryInfo where a retry helps."""
+        status = status_pb2.Status(code=self.code, message=self.message)
+        if self.reason:
+            info = error_details_pb2.ErrorInfo(
+                reason=self.reason, domain=ERROR_DOMAIN, metadata=dict(self.metadata)
+            )
+            status.details.add().Pack(info)
+        if self.retry_after is not None:
+            delay = duration_pb2.Duration()
+            delay.FromTimedelta(self.retry_after)
+            status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        return status
+
+
+class JobNotFound(StoreError):
+    """No such job for this tenant (another tenant's job looks exactly the same)."""
+
+    code = code_pb2.NOT_FOUND
+    reason = "JOB_NOT_FOUND"
+
+
+class IdempotencyKeyReused(StoreError):
+    """The key was used before by this tenant for a different request."""
+
+    code = code_pb2.ALREADY_EXISTS
+    reason = "IDEMPOTENCY_KEY_REUSED"
+
+
+class LeaseLost(StoreError):
+    """The lease id is not the job's live lease: the caller must stop."""
+
+    code = code_pb2.FAILED_PRECONDITION
+    reason = "LEASE_LOST"
+
+
+class JobCancelled(StoreError):
+    """The job was cancelled while the caller held its lease."""
+
+    code = code_pb2.FAILED_PRECONDITION
+    reason = "JOB_CANCELLED"
+
+
+class QuotaExceeded(StoreError):
+    """The tenant has too many live jobs."""
+
+    code = code_pb2.RESOURCE_EXHAUSTED
+    reason = "TENANT_QUOTA_EXCEEDED"
+    retry_after = timedelta(seconds=5)
+
+
+class QueueFull(StoreError):
+    """Too many live jobs in total, or the store is out of memory."""
+
+    code = code_pb2.RESOURCE_EXHAUSTED
+    reason = "QUEUE_FULL"
+    retry_after = timedelta(seconds=5)
+
+
+class StoreUnavailable(StoreError):
+    """The backing store cannot be reached or timed out."""
+
+    code = code_pb2.UNAVAILABLE
+    reason = "STORE_UNAVAILABLE"
+    retry_after = timedelta(seconds=1)
+
+
+class InvalidRequest(StoreError):
+    """A request that can never succeed, e.g. a group larger than the cap."""
+
+    code = code_pb2.INVALID_ARGUMENT
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}")
+        self.field = field
+        self.description = description
+
+    def to_status(self) -> status_pb2.Status:
+        status = super().to_status()
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=self.field, description=self.description
+        )
+        status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+        return status
+
+
+class StoreMisconfigured(StoreError):
+    """The backing store is set up in a way that could lose jobs (refused at start)."""
+
+    code = code_pb2.FAILED_PRECONDITION

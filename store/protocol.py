@@ -1,0 +1,178 @@
+"""The `Store` protocol: every job state transition, each one atomic.
+
+Both `LocalStore` (memory.py) and `RedisStore` (redis_store.py) implement it
+and are held to it by one contract suite (tests/store/test_contract.py).
+
+Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
+
+* Tenancy: every tenant-facing call takes the caller's tenant; another
+  tenant's job raises `JobNotFound`, exactly like an unknown id. Worker-facing
+  calls (claim, heartbeat, set_result) serve every tenant: the GPU fleet is
+  shared, and the lease id is the worker's proof of ownership.
+* Idempotency: same tenant + key + `SubmitRequest.fingerprint()` returns the
+  existing job with `reused=True` (no caps applied); same key, other
+  fingerprint raises `IdempotencyKeyReused`; an empty key never deduplicates.
+  The key expires with its job.
+* Admission (checked after idempotency): children per group over
+  `max_group_children` raises `InvalidRequest("group.children", ...)`; live
+  (held+queued+processing) jobs of the tenant over `max_live_per_tenant`
+  raises `QuotaExceeded`; live jobs in total over `max_live_total` raises
+  `QueueFull`. A group counts as its children (the parent is not counted).
+* Claim: highest priority first, FIFO (submit order) inside a priority, only
+  the given models. Each claimed job becomes PROCESSING with attempts+1, the
+  worker id, a fresh lease id (fencing token), and a lease deadline from the
+  store's clock. At most one live lease per job.
+* Heartbeat / set_result with a lease id that is not the job's current lease
+  raise `LeaseLost` and change nothing. A set_result repeated with the same
+  lease id and outcome returns the stored job unchanged. set_result on a job
+  cancelled while processing raises `JobCancelled`; its heartbeat answers
+  `cancel_requested=True` (not LeaseLost).
+* Recovery (`recover`): an expired lease requeues the job at its original
+  place (same sequence number) when attempts < max_attempts, else ends it
+  FAILED with error_code ATTEMPTS_EXHAUSTED. A retryable failure, and an
+  attempt PROCESSING past its run_timeout (error_code RUN_TIMEOUT, even while
+  heartbeating), are retried the same way after an exponential backoff
+  (`retry_backoff_base * 2**(attempts-1)`, capped): the job is QUEUED but not
+  claimable until the backoff ends. A job QUEUED longer than its queue_timeout
+  (counted from when it last became QUEUED) ends FAILED with QUEUE_TIMEOUT.
+  Each `recover` call costs O(items due), never O(jobs in flight).
+* Cancel: HELD/QUEUED -> CANCELLED at once; PROCESSING -> CANCELLED at once
+  with cancel_requested=True; a group parent -> CANCELLED, its held/queued
+  children CANCELLED, processing children run on and keep their results. A
+  terminal job returns `cancelled=False`. error_code CANCELLED, error_message
+  the reason.
+* Groups: children are created HELD; at most `max_parallel` (0 = no cap) are
+  QUEUED/PROCESSING; whenever a child ends, the next HELD child (lowest index)
+  is released in the same atomic step. The parent is QUEUED until a child
+  starts, then PROCESSING with progress = terminal children / total, and when
+  every child is terminal it ends exactly once: COMPLETED (all completed),
+  FAILED (none completed) or PARTIAL. A child's idempotency_key is
+  "<parent key>#<index>". Children share the parent's priority.
+* TTL: live jobs never expire; a job reaching a terminal status gets
+  `result_ttl` on its record, payload, result and idempotency key; a group's
+  children get the parent's expiry. A claim or recovery that meets an id whose
+  record is gone drops the id and never recreates a blank record.
+* Audit: every status transition appends a `JobEvent` in the same atomic step;
+  the stream is capped near `events_max_length`.
+* Failures of the backing store raise `StoreUnavailable`, never an empty
+  answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from typing import Protocol
+
+from store.model import (
+    CancelResult,
+    ClaimedJob,
+    HeartbeatResult,
+    Job,
+    JobEvent,
+    JobStatus,
+    Priority,
+    StoreSettings,
+    SubmitRequest,
+    SubmitResult,
+)
+
+
+class Store(Protocol):
+    """Durable job state. Every method is one atomic transition or a read."""
+
+    settings: StoreSettings
+
+    async def open(self) -> None:
+        """Connect and check the backend (RedisStore refuses an evicting policy)."""
+
+    async def close(self) -> None:
+        """Release connections; wakes pending claim/watch waiters, which return."""
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the backend answers."""
+
+    async def submit(self, request: SubmitRequest) -> SubmitResult:
+        """Create a job or a group (with its children), or return the keyed original."""
+
+    async def get(self, tenant: str, job_id: str) -> Job:
+        """The job's snapshot, with queue_position while QUEUED and a group's children."""
+
+    async def payload(self, tenant: str, job_id: str) -> bytes:
+        """The job's input bytes (kept apart from the record)."""
+
+    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+        """A group's children in index order (empty for other kinds)."""
+
+    async def queue_position(self, tenant: str, job_id: str) -> int | None:
+        """Jobs the same workers claim before this one; None unless QUEUED. O(log N)."""
+
+    async def claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        max_jobs: int = 1,
+        wait: timedelta = timedelta(0),
+    ) -> list[ClaimedJob]:
+        """Claim up to max_jobs in claim order, waiting up to `wait` for the first one.
+
+        Returns as soon as at least one job was claimed; an empty list means
+        nothing came within `wait`. A job submitted while the caller waits
+        wakes it at once (pushed, also across replicas on Redis).
+        """
+
+    async def heartbeat(
+        self, job_id: str, lease_id: str, progress: float, stage: str
+    ) -> HeartbeatResult:
+        """Extend the lease by lease_timeout; record progress and stage (empty keeps it)."""
+
+    async def set_result(
+        self,
+        job_id: str,
+        lease_id: str,
+        status: JobStatus,
+        result: bytes = b"",
+        result_content_type: str = "",
+        error_code: str = "",
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> Job:
+        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff)."""
+
+    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+        """Cancel a job or a group, as the module docstring says."""
+
+    async def recover(self) -> list[JobEvent]:
+        """Handle what fell due: expired leases, run timeouts, due retries, queue timeouts.
+
+        Safe to call from many replicas at once: each due item is handled by
+        exactly one call. Returns the transitions it made.
+        """
+
+    async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
+        """Hold (or renew) the recovery leadership for `ttl`; True if `holder` has it."""
+
+    def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
+        """Snapshots of one job: the current one first, then one per change.
+
+        A change is any difference in status, progress, stage, queue_position
+        or (for a group) its children's statuses. Ends after the first terminal
+        snapshot. Raises JobNotFound first if the job is unknown to the tenant.
+        """
+
+    async def events(
+        self,
+        after: str = "0",
+        count: int = 100,
+        block: timedelta | None = None,
+    ) -> list[JobEvent]:
+        """Audit events after stream position `after` ("0" = from the start).
+
+        With `block`, waits up to that long for the first new event.
+        """
+
+    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+        """Claimable jobs per (model, priority). O(models x priorities)."""
+
+    async def in_flight(self) -> dict[str, int]:
+        """PROCESSING jobs (live leases) per model. O(models)."""

@@ -1,0 +1,98 @@
+"""A private redis-server per test session (or per test) on a free port.
+
+Tests never touch the machine's Redis on 6379: each `RedisServer` runs in
+its own temp dir so a test may stop, restart or kill it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def require_redis_server() -> str:
+    """Path of redis-server; skip without it, but fail under JOBGATE_REQUIRE_REDIS=1."""
+    path = shutil.which("redis-server")
+    if path is None:
+        message = "redis-server is not on PATH"
+        if os.environ.get("JOBGATE_REQUIRE_REDIS") == "1":
+            pytest.fail(message + " (JOBGATE_REQUIRE_REDIS=1)")
+        pytest.skip(message)
+    return path
+
+
+class RedisServer:
+    def __init__(self, workdir: Path, *extra_args: str) -> None:
+        self.binary = require_redis_server()
+        self.workdir = workdir
+        self.port = free_port()
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.workdir),
+            "--save", "",
+            "--appendonly", "no",
+            "--protected-mode", "no",
+            "--logfile", str(self.workdir / "redis.log"),
+            *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.workdir / "redis.log").read_text(errors="replace")
+                raise RuntimeError(f"redis-server exited at start:\n{log}")
+            if self._answers_ping():
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def _answers_ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM: Redis flushes its AOF)."""
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """Hard kill (SIGKILL), as a crash would."""
+        self._signal(signal.SIGKILL)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(sig)
+        self.process.wait(timeout=10)

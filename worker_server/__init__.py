@@ -1,0 +1,1 @@
+"""WorkerService: the gRPC service GPU worker daemons call."""
