@@ -79,6 +79,24 @@ class RedisServer:
         except OSError:
             return False
 
+    def command(self, *words: str) -> bytes:
+        """Send one inline command and return the raw reply (for INFO and CONFIG in tests)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(" ".join(words).encode() + b"\r\n")
+            reply = b""
+            while True:
+                chunk = sock.recv(65536)
+                reply += chunk
+                if not chunk or _reply_complete(reply):
+                    return reply
+
+    def info_field(self, section: str, name: str) -> str:
+        """One field of INFO <section>, e.g. info_field("stats", "total_commands_processed")."""
+        for line in self.command("INFO", section).decode().splitlines():
+            if line.startswith(name + ":"):
+                return line.split(":", 1)[1].strip()
+        raise KeyError(name)
+
     def stop(self) -> None:
         """Graceful stop (SIGTERM: Redis flushes its AOF)."""
         self._signal(signal.SIGTERM)
@@ -96,3 +114,12 @@ class RedisServer:
             return
         self.process.send_signal(sig)
         self.process.wait(timeout=10)
+
+
+def _reply_complete(reply: bytes) -> bool:
+    """True once a RESP simple/error/integer line or a whole bulk string has arrived."""
+    if reply[:1] != b"$":
+        return reply.endswith(b"\r\n")
+    header, _, body = reply.partition(b"\r\n")
+    length = int(header[1:])
+    return length < 0 or len(body) >= length + 2
