@@ -1,0 +1,125 @@
+"""Store fixtures: every contract test runs on LocalStore and on RedisStore (real redis-server).
+
+`store` is a store with the default settings; `make_store(**overrides)` makes
+one with other StoreSettings (short leases, small caps...). Each store gets
+its own partition and is closed after the test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from store import Store, StoreSettings, open_store
+from store.model import (
+    ClaimedJob,
+    GroupSpec,
+    Job,
+    JobSpec,
+    JobStatus,
+    Priority,
+    SubmitRequest,
+)
+from tests.redis_server import RedisServer
+
+MakeStore = Callable[..., Awaitable[Store]]
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """None for LocalStore; the session redis-server's URL for RedisStore."""
+    if backend == "memory":
+        return None
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+async def make_store(store_url: str | None, partition: str) -> AsyncIterator[MakeStore]:
+    opened: list[Store] = []
+    numbers = itertools.count()
+
+    async def make(**overrides: Any) -> Store:
+        settings = dataclasses.replace(StoreSettings(), **overrides)
+        store = open_store(store_url, settings, partition=f"{partition}-{next(numbers)}")
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        await store.close()
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> Store:
+    return await make_store()
+
+
+# -- helpers shared by the contract tests ------------------------------------
+
+TENANT = "acme"
+MODEL = "llm-small"
+
+
+def spec(model: str = MODEL, payload: bytes = b"input", **fields: Any) -> JobSpec:
+    return JobSpec(model=model, payload=payload, **fields)
+
+
+async def submit_one(
+    store: Store,
+    *,
+    tenant: str = TENANT,
+    priority: Priority = Priority.BATCH,
+    key: str = "",
+    **fields: Any,
+) -> Job:
+    request = SubmitRequest(
+        tenant=tenant, work=spec(**fields), priority=priority, idempotency_key=key
+    )
+    return (await store.submit(request)).job
+
+
+async def submit_group(
+    store: Store,
+    size: int,
+    *,
+    max_parallel: int = 0,
+    tenant: str = TENANT,
+    key: str = "",
+    priority: Priority = Priority.BATCH,
+    **fields: Any,
+) -> Job:
+    children = tuple(spec(payload=f"child {i}".encode(), **fields) for i in range(size))
+    request = SubmitRequest(
+        tenant=tenant,
+        work=GroupSpec(children=children, max_parallel=max_parallel),
+        priority=priority,
+        idempotency_key=key,
+    )
+    return (await store.submit(request)).job
+
+
+async def claim_one(
+    store: Store, models: Sequence[str] = (MODEL,), worker: str = "w1"
+) -> ClaimedJob:
+    claimed = await store.claim(worker, models)
+    assert len(claimed) == 1, claimed
+    return claimed[0]
+
+
+async def complete(store: Store, claimed: ClaimedJob, result: bytes = b"done") -> Job:
+    return await store.set_result(claimed.job.id, claimed.lease_id, JobStatus.COMPLETED, result)
+
+
+async def status_of(store: Store, job_id: str, tenant: str = TENANT) -> JobStatus:
+    return (await store.get(tenant, job_id)).status
