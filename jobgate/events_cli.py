@@ -1,10 +1,217 @@
-"""Placeholder: commands arrive with their issue."""
+"""`jobgate events`: read the store's audit stream (every job status transition).
+
+The stream lives in Redis (the embedded store's events live inside the
+`jobgate serve` process, out of reach), so the command needs --redis-url or
+JOBGATE_REDIS_URL and the deployment's --redis-partition.
+
+Without --follow it prints every event the (capped) stream still holds and
+exits; with --follow it then waits for new ones until SIGINT or SIGTERM, and
+exits 0. --job ID keeps the events of that job and, for a group, of its
+children (their parent_job_id is ID).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+from store import Store, StoreError, open_store
+from store.model import JobEvent
+
+PAGE_SIZE = 500
+# How long one blocking read waits; a stop signal interrupts it at once.
+FOLLOW_BLOCK = timedelta(seconds=5)
+
+EXIT_OK = 0
+EXIT_STORE_ERROR = 1
+EXIT_USAGE = 2
 
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
-    """Register this module's subcommands (none yet)."""
+    """Register `jobgate events`."""
+    parser = subcommands.add_parser(
+        "events",
+        help="print the audit trail of job status transitions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new events until interrupted"
+    )
+    parser.add_argument("--job", metavar="ID", help="only this job (and a group's children)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("JOBGATE_REDIS_URL"),
+        help="the deployment's Redis (default: $JOBGATE_REDIS_URL)",
+    )
+    parser.add_argument(
+        "--redis-partition",
+        default=os.environ.get("JOBGATE_REDIS_PARTITION", "default"),
+        metavar="NAME",
+        help="the deployment's key partition (default: $JOBGATE_REDIS_PARTITION or 'default')",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.redis_url:
+        return _fail(
+            "--redis-url (or JOBGATE_REDIS_URL) is required: the audit stream lives in Redis",
+            EXIT_USAGE,
+        )
+    if not args.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        return _fail(
+            f"unsupported --redis-url {args.redis_url!r}: use redis://HOST:PORT/DB", EXIT_USAGE
+        )
+    formatter = format_json if args.json else format_human
+    try:
+        return asyncio.run(_read_events(args, formatter, sys.stdout))
+    except BrokenPipeError:
+        # `jobgate events | head`: the reader left; that is not an error.
+        _silence_stdout()
+        return EXIT_OK
+
+
+async def _read_events(
+    args: argparse.Namespace, formatter: Callable[[JobEvent], str], out: TextIO
+) -> int:
+    try:
+        store = open_store(args.redis_url, partition=args.redis_partition)
+    except ValueError as error:
+        return _fail(str(error), EXIT_USAGE)
+    try:
+        await store.open()
+        if args.follow:
+            await _follow(store, args.job, formatter, out)
+        else:
+            await _print_backlog(store, args.job, formatter, out)
+    except StoreError as error:
+        return _fail(f"{args.redis_url}: {error.message}", EXIT_STORE_ERROR)
+    finally:
+        with contextlib.suppress(StoreError):
+            await store.close()
+    return EXIT_OK
+
+
+async def _print_backlog(
+    store: Store, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+) -> str:
+    """Print everything the stream holds; return the position of the last event."""
+    after = "0"
+    while True:
+        page = await store.events(after=after, count=PAGE_SIZE)
+        _print(page, job_id, formatter, out)
+        if not page:
+            return after
+        after = page[-1].id
+
+
+async def _follow(
+    store: Store, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+) -> None:
+    """Print the backlog, then new events as they come, until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        reader = asyncio.create_task(_tail(store, job_id, formatter, out))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (reader, stopper):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if reader in done:
+            reader.result()  # re-raise the reader's error (the store went away)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _tail(
+    store: Store, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+) -> None:
+    after = await _print_backlog(store, job_id, formatter, out)
+    while True:
+        page = await store.events(after=after, count=PAGE_SIZE, block=FOLLOW_BLOCK)
+        _print(page, job_id, formatter, out)
+        if page:
+            after = page[-1].id
+
+
+def _print(
+    events: list[JobEvent], job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+) -> None:
+    lines = [
+        formatter(e) for e in events if job_id is None or job_id in (e.job_id, e.parent_job_id)
+    ]
+    if lines:
+        out.write("".join(line + "\n" for line in lines))
+        out.flush()  # followers read line by line through a pipe
+
+
+def format_human(event: JobEvent) -> str:
+    """One line: time, job, parent, tenant, model, from -> to, attempts, worker, error_code."""
+    source = event.from_status.value if event.from_status is not None else "new"
+    return "  ".join(
+        [
+            _iso(event.time),
+            event.job_id,
+            f"parent={event.parent_job_id or '-'}",
+            f"tenant={event.tenant}",
+            f"model={event.model}",
+            f"{source} -> {event.to_status.value}",
+            f"attempts={event.attempts}",
+            f"worker={event.worker_id or '-'}",
+            f"error={event.error_code or '-'}",
+        ]
+    )
+
+
+def format_json(event: JobEvent) -> str:
+    """One JSON object; `from` is null for the event that created the job."""
+    return json.dumps(
+        {
+            "id": event.id,
+            "time": _iso(event.time),
+            "job_id": event.job_id,
+            "parent_job_id": event.parent_job_id,
+            "tenant": event.tenant,
+            "model": event.model,
+            "priority": event.priority.name.lower(),
+            "from": event.from_status.value if event.from_status is not None else None,
+            "to": event.to_status.value,
+            "attempts": event.attempts,
+            "worker_id": event.worker_id,
+            "error_code": event.error_code,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"jobgate events: error: {message}", file=sys.stderr)
+    return code
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; point it at /dev/null so that flush
+    # cannot raise BrokenPipeError again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
