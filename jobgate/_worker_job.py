@@ -1,0 +1,366 @@
+"""One claimed job inside the worker daemon: handler, heartbeats, SetResult.
+
+The heartbeat runs on the daemon's event loop, never on the handler's thread,
+so a CPU-bound handler cannot starve it (BullMQ#3183). It fires at a third of
+the lease, and sooner (at most once per `progress_interval`) when the handler
+reports progress, always sending only the latest progress and stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from jobgate.context import JobContext
+from jobgate.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    JobCancelledError,
+    JobgateError,
+    JobNotFoundError,
+    RetryableError,
+    error_from_rpc,
+)
+from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
+
+log = logging.getLogger("jobgate.worker")
+
+Handler = Callable[[JobContext], Any]
+
+#: error_message is cut to this many characters (the gateway stores it in the job).
+MAX_ERROR_MESSAGE = 2000
+MIN_LEASE = 0.3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to report for an attempt."""
+
+    status: job_pb2.JobStatus.ValueType
+    result: bytes = b""
+    result_content_type: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    retryable: bool = False
+
+    @classmethod
+    def failed(cls, code: str, message: str, *, retryable: bool = False) -> Outcome:
+        return cls(
+            job_pb2.JOB_STATUS_FAILED,
+            error_code=code,
+            error_message=message[:MAX_ERROR_MESSAGE],
+            retryable=retryable,
+        )
+
+
+class Link:
+    """The worker's view of its connection: says once when it is lost and when it is back."""
+
+    def __init__(self) -> None:
+        self.lost_since: float | None = None
+
+    def failed(self, error: JobgateError) -> None:
+        if self.lost_since is None:
+            self.lost_since = time.monotonic()
+            log.warning("worker server unreachable (%s); retrying with back-off", error)
+
+    def ok(self) -> None:
+        if self.lost_since is not None:
+            down = time.monotonic() - self.lost_since
+            self.lost_since = None
+            log.info("worker server reachable again after %.1fs", down)
+
+
+def backoff(retry: int, base: float = 0.2, cap: float = 5.0) -> float:
+    """Jittered exponential back-off: a random time in [d/2, d]."""
+    delay = min(cap, base * 2 ** max(0, retry - 1))
+    return random.uniform(delay / 2, delay)
+
+
+def lease_length(claimed: worker_service_pb2.ClaimedJob) -> float:
+    """Seconds the fresh lease lasts, safe against clock skew.
+
+    The lease deadline is in the store's clock. Its distance from the job's
+    update_time (stamped by the same clock at claim) and from the local clock
+    are both estimates; the smaller positive one errs on the side of early
+    heartbeats.
+    """
+    expire = claimed.lease_expire_time.ToNanoseconds() / 1e9
+    estimates = [expire - time.time()]
+    if claimed.job.HasField("update_time"):
+        estimates.append(expire - claimed.job.update_time.ToNanoseconds() / 1e9)
+    positive = [e for e in estimates if e > 0]
+    return max(MIN_LEASE, min(positive)) if positive else MIN_LEASE
+
+
+def is_async_handler(handler: Handler) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 (callable objects too)
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def to_outcome(value: object, ctx: JobContext) -> Outcome:
+    """COMPLETED for bytes / str / None, else FAILED HANDLER_ERROR."""
+    if value is None:
+        return Outcome(job_pb2.JOB_STATUS_COMPLETED, result_content_type=ctx.result_content_type)
+    if isinstance(value, str):
+        content_type = ctx.result_content_type or "text/plain; charset=utf-8"
+        return Outcome(job_pb2.JOB_STATUS_COMPLETED, value.encode(), content_type)
+    if isinstance(value, bytes | bytearray | memoryview):
+        content_type = ctx.result_content_type or "application/octet-stream"
+        return Outcome(job_pb2.JOB_STATUS_COMPLETED, bytes(value), content_type)
+    return Outcome.failed(
+        "HANDLER_ERROR",
+        f"handler returned {type(value).__name__}; expected bytes, str or None",
+    )
+
+
+async def run_in_thread(function: Handler, ctx: JobContext) -> Any:
+    """Run a sync handler on a daemon thread (so a stuck handler never blocks exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def body() -> None:
+        try:
+            value = function(ctx)
+        except BaseException as error:  # reported as the job's outcome
+            loop.call_soon_threadsafe(settle, None, error)
+        else:
+            loop.call_soon_threadsafe(settle, value, None)
+
+    threading.Thread(target=body, name=f"job-{ctx.job_id}", daemon=True).start()
+    value = await future
+    if inspect.isawaitable(value):  # a sync callable that returned a coroutine
+        value = await value
+    return value
+
+
+class JobRun:
+    """Runs one claimed job to its reported end."""
+
+    def __init__(
+        self,
+        claimed: worker_service_pb2.ClaimedJob,
+        *,
+        stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
+        handler: Handler,
+        metadata: tuple[tuple[str, str], ...],
+        worker_id: str,
+        link: Link,
+        progress_interval: float = 1.0,
+    ) -> None:
+        self.claimed = claimed
+        self.job_id = claimed.job.id
+        self.lease_id = claimed.lease_id
+        self._stub = stub
+        self._handler = handler
+        self._metadata = metadata
+        self._link = link
+        self._progress_interval = progress_interval
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._lease = lease_length(claimed)
+        self._last_sent = self._loop.time()
+        #: Why the job must not be reported (lease lost, cancelled), once known.
+        self.abandoned: str | None = None
+        self._handler_task: asyncio.Task[Outcome] | None = None
+        self.ctx = JobContext(
+            claimed.job,
+            claimed.payload,
+            lease_id=claimed.lease_id,
+            worker_id=worker_id,
+            on_report=self._on_report,
+        )
+
+    def _on_report(self) -> None:
+        # Called from the handler's thread (or the loop); wake the heartbeat at most once.
+        if not self._wake.is_set():
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        """Run the handler while heartbeating; report the outcome unless abandoned."""
+        started = time.monotonic()
+        heartbeats = asyncio.create_task(self._heartbeat_loop())
+        self._handler_task = asyncio.create_task(self._invoke())
+        try:
+            outcome = await self._outcome()
+            if outcome is not None and self.abandoned is None:
+                await self._set_result(outcome)
+                log.info(
+                    "job %s %s in %.2fs%s",
+                    self.job_id,
+                    job_pb2.JobStatus.Name(outcome.status).removeprefix("JOB_STATUS_").lower(),
+                    time.monotonic() - started,
+                    f" ({outcome.error_code}: {outcome.error_message})"
+                    if outcome.error_code
+                    else "",
+                )
+        except asyncio.CancelledError:
+            await self._report_shutdown()
+            raise
+        finally:
+            heartbeats.cancel()
+            await asyncio.gather(heartbeats, return_exceptions=True)
+        if self.abandoned is not None:
+            log.info("job %s stopped without a result: %s", self.job_id, self.abandoned)
+
+    async def _outcome(self) -> Outcome | None:
+        assert self._handler_task is not None
+        try:
+            return await self._handler_task
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.abandoned is not None and task is not None and not task.cancelling():
+                return None  # we cancelled the async handler ourselves
+            raise
+
+    async def _invoke(self) -> Outcome:
+        ctx = self.ctx
+        try:
+            if is_async_handler(self._handler):
+                value = await self._handler(ctx)
+            else:
+                value = await run_in_thread(self._handler, ctx)
+        except RetryableError as error:
+            return Outcome.failed(error.error_code, _describe(error), retryable=True)
+        except JobCancelledError:
+            if ctx.cancelled:
+                raise asyncio.CancelledError from None
+            return Outcome.failed("HANDLER_ERROR", "JobCancelledError raised but not cancelled")
+        except Exception as error:
+            return Outcome.failed("HANDLER_ERROR", _describe(error))
+        return to_outcome(value, ctx)
+
+    def _abandon(self, why: str) -> None:
+        if self.abandoned is None:
+            self.abandoned = why
+            self.ctx._cancel()
+            if self._handler_task is not None and is_async_handler(self._handler):
+                self._handler_task.cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self._lease / 3
+        due = self._loop.time() + interval
+        failures = 0
+        while True:
+            await self._wait_until(due)
+            self._wake.clear()
+            progress, stage = self.ctx.progress
+            sent = self._loop.time()
+            self._last_sent = sent
+            request = worker_service_pb2.HeartbeatRequest(
+                job_id=self.job_id, lease_id=self.lease_id, progress=progress, stage=stage
+            )
+            try:
+                response = await self._stub.Heartbeat(
+                    request, timeout=max(1.0, interval), metadata=self._metadata
+                )
+            except grpc.RpcError as rpc_error:
+                error = error_from_rpc(rpc_error)
+                if isinstance(error, FailedPreconditionError | JobNotFoundError):
+                    self._abandon(f"heartbeat answered {error}")
+                    return
+                failures += 1
+                self._link.failed(error)
+                # Keep trying, sooner than usual, while the lease may still be alive.
+                due = self._loop.time() + min(interval, backoff(failures))
+                continue
+            failures = 0
+            self._link.ok()
+            if response.cancel_requested:
+                log.info("job %s: cancel requested by the gateway", self.job_id)
+                self._abandon("cancelled by request")
+                return
+            due = sent + interval
+
+    async def _wait_until(self, due: float) -> None:
+        """Sleep until `due`, or until progress was reported and the rate limit allows."""
+        while True:
+            now = self._loop.time()
+            if now >= due:
+                return
+            if self._wake.is_set():
+                early = self._last_sent + self._progress_interval
+                if now >= early:
+                    return
+                await asyncio.sleep(min(due, early) - now)
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), due - now)
+            except TimeoutError:
+                return
+
+    async def _set_result(self, outcome: Outcome) -> None:
+        """SetResult, retried until acknowledged (idempotent for the same lease and outcome)."""
+        failures = 0
+        while self.abandoned is None:
+            request = worker_service_pb2.SetResultRequest(
+                job_id=self.job_id,
+                lease_id=self.lease_id,
+                status=outcome.status,
+                result=outcome.result,
+                result_content_type=outcome.result_content_type,
+                error_code=outcome.error_code,
+                error_message=outcome.error_message,
+                retryable=outcome.retryable,
+            )
+            try:
+                await self._stub.SetResult(request, timeout=10.0, metadata=self._metadata)
+                self._link.ok()
+                return
+            except grpc.RpcError as rpc_error:
+                error = error_from_rpc(rpc_error)
+            if isinstance(error, FailedPreconditionError | JobNotFoundError):
+                self.abandoned = f"result refused: {error}"
+                return
+            if isinstance(error, InvalidArgumentError) and not outcome.error_code:
+                # e.g. a result over the size cap: the attempt still has to end.
+                outcome = Outcome.failed("RESULT_REJECTED", str(error))
+                continue
+            if isinstance(error, InvalidArgumentError):
+                log.error("job %s: result refused for good: %s", self.job_id, error)
+                return
+            failures += 1
+            self._link.failed(error)
+            await asyncio.sleep(backoff(failures))
+
+    async def _report_shutdown(self) -> None:
+        """The daemon gave up on this job at shutdown: hand it back at once, best effort."""
+        if self.abandoned is not None:
+            return
+        self._abandon("worker shut down before the job finished")
+        request = worker_service_pb2.SetResultRequest(
+            job_id=self.job_id,
+            lease_id=self.lease_id,
+            status=job_pb2.JOB_STATUS_FAILED,
+            error_code="WORKER_SHUTDOWN",
+            error_message="the worker shut down before the job finished",
+            retryable=True,
+        )
+        # Failing that, the lease expires and the job is requeued anyway.
+        with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
+            await asyncio.shield(
+                self._stub.SetResult(request, timeout=2.0, metadata=self._metadata)
+            )
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

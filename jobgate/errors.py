@@ -1,0 +1,222 @@
+"""Typed exceptions for jobgate's users: one root, `JobgateError`.
+
+A server error arrives as a gRPC status with `google.rpc.Status` details
+(ErrorInfo with a reason from DESIGN.md, BadRequest field violations,
+RetryInfo). `error_from_rpc` turns it into the most specific class below,
+keeping the reason, metadata, retry delay and field violations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+ERROR_DOMAIN = "jobgate.dev"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad request field, as the server named it."""
+
+    field: str
+    description: str
+
+
+class JobgateError(Exception):
+    """Root of every exception jobgate raises to its users."""
+
+    #: The gRPC status code the server answered, or None for a client-side error.
+    code: grpc.StatusCode | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        reason: str = "",
+        metadata: Mapping[str, str] | None = None,
+        retry_delay: float | None = None,
+        field_violations: Sequence[FieldViolation] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        #: ErrorInfo reason (e.g. "JOB_NOT_FOUND"), "" when the server gave none.
+        self.reason = reason
+        #: ErrorInfo metadata (e.g. {"job_id": ...}).
+        self.metadata: dict[str, str] = dict(metadata or {})
+        #: RetryInfo delay in seconds, when the server suggested one.
+        self.retry_delay = retry_delay
+        #: BadRequest field violations (INVALID_ARGUMENT).
+        self.field_violations: tuple[FieldViolation, ...] = tuple(field_violations)
+
+    def __str__(self) -> str:
+        head = f"{self.reason}: " if self.reason else ""
+        text = f"{head}{self.message}"
+        if self.field_violations:
+            fields = "; ".join(f"{v.field}: {v.description}" for v in self.field_violations)
+            if fields not in text:
+                text = f"{text} ({fields})"
+        return text
+
+
+class RetryableError(JobgateError):
+    """Raised by a worker handler: this attempt failed, try the job again later.
+
+    `code` is reported as the job's error_code (default HANDLER_ERROR) with
+    `retryable=true`, so the server requeues the job after a back-off until its
+    attempts are used up.
+    """
+
+    def __init__(self, message: str = "", *, error_code: str = "HANDLER_ERROR") -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class JobNotFoundError(JobgateError):
+    """No such job for this tenant (another tenant's job looks the same)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class IdempotencyKeyReusedError(JobgateError):
+    """The idempotency key was already used for a different request."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPreconditionError(JobgateError):
+    """The job is not in a state that allows the call."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class LeaseLostError(FailedPreconditionError):
+    """The worker's lease is no longer the job's live lease: stop the job."""
+
+
+class JobCancelledError(FailedPreconditionError):
+    """The job was cancelled while a worker held it."""
+
+
+class ResourceExhaustedError(JobgateError):
+    """Over an admission cap; retry after `retry_delay`."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class QuotaExceededError(ResourceExhaustedError):
+    """The tenant has too many live jobs."""
+
+
+class QueueFullError(ResourceExhaustedError):
+    """The gateway holds too many live jobs in total, or its store is full."""
+
+
+class UnavailableError(JobgateError):
+    """The server (or its store) cannot be reached, or it is shutting down."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceededError(JobgateError):
+    """The call did not finish within its deadline."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class InvalidArgumentError(JobgateError):
+    """The request can never succeed as sent; see `field_violations`."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class PermissionDeniedError(JobgateError):
+    """The credentials are valid but not for this service (client vs worker role)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class UnauthenticatedError(JobgateError):
+    """Missing or unknown bearer token."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class CancelledError(JobgateError):
+    """The call was cancelled on the client side."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
+_BY_REASON: dict[str, type[JobgateError]] = {
+    "JOB_NOT_FOUND": JobNotFoundError,
+    "IDEMPOTENCY_KEY_REUSED": IdempotencyKeyReusedError,
+    "LEASE_LOST": LeaseLostError,
+    "JOB_CANCELLED": JobCancelledError,
+    "TENANT_QUOTA_EXCEEDED": QuotaExceededError,
+    "QUEUE_FULL": QueueFullError,
+    "STORE_UNAVAILABLE": UnavailableError,
+    "SHUTTING_DOWN": UnavailableError,
+}
+
+_BY_CODE: dict[grpc.StatusCode, type[JobgateError]] = {
+    grpc.StatusCode.NOT_FOUND: JobNotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: IdempotencyKeyReusedError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.CANCELLED: CancelledError,
+}
+
+
+def _rich_status(error: grpc.RpcError) -> status_pb2.Status | None:
+    try:
+        # AioRpcError has the same code()/details()/trailing_metadata() as grpc.Call.
+        return cast("status_pb2.Status | None", rpc_status.from_call(cast(Any, error)))
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def error_from_rpc(error: grpc.RpcError) -> JobgateError:
+    """The typed exception for a failed gRPC call (sync or aio)."""
+    call = cast(Any, error)
+    code: grpc.StatusCode = call.code()
+    message: str = call.details() or code.name
+    reason = ""
+    metadata: dict[str, str] = {}
+    retry_delay: float | None = None
+    violations: list[FieldViolation] = []
+    status = _rich_status(error)
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason, metadata = info.reason, dict(info.metadata)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations += [FieldViolation(v.field, v.description) for v in bad.field_violations]
+    cls = _BY_REASON.get(reason) or _BY_CODE.get(code, JobgateError)
+    return cls(
+        message,
+        code=code,
+        reason=reason,
+        metadata=metadata,
+        retry_delay=retry_delay,
+        field_violations=violations,
+    )

@@ -1,0 +1,304 @@
+"""The GPU-host worker daemon: `jobgate worker --target HOST:PORT --model M --handler mod:fn`.
+
+It long-polls ClaimNext for up to `concurrency` jobs at a time, runs the
+handler for each (see jobgate.context.JobContext and docs/handlers.md),
+heartbeats every job at a third of its lease, and reports each outcome with
+SetResult, retried until acknowledged. A handler can never kill the daemon.
+
+Lifecycle (Faktory's quiet/terminate): SIGTERM or SIGINT stops claiming, lets
+in-flight jobs finish for `grace_period` seconds, hands back what is still
+running as a retryable failure, and exits 0. A second signal skips the wait.
+When the worker server is unreachable the daemon keeps running the jobs it
+holds, retries heartbeats and results, and re-polls with jittered back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from jobgate._client_channel import ConnectionConfig
+from jobgate._worker_job import Handler, JobRun, Link, backoff
+from jobgate.errors import JobgateError, error_from_rpc
+from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
+
+log = logging.getLogger("jobgate.worker")
+
+DEFAULT_WORKER_TARGET = "127.0.0.1:50052"
+#: The longest ClaimNext long-poll the server allows is 60 s; 30 s keeps
+#: idle workers cheap while noticing a dead connection reasonably soon.
+CLAIM_WAIT = 30.0
+MAX_CLAIM_BATCH = 64
+
+# Codes that mean "this worker is misconfigured": retrying will not help.
+_FATAL_CODES = {
+    grpc.StatusCode.UNAUTHENTICATED: "the worker server refused the token",
+    grpc.StatusCode.PERMISSION_DENIED: "the token does not have the worker role",
+    grpc.StatusCode.INVALID_ARGUMENT: "the worker server refused the claim request",
+    grpc.StatusCode.UNIMPLEMENTED: (
+        "the target does not serve jobgate.v1.WorkerService "
+        "(is it the JobService port? `jobgate serve` serves workers on 127.0.0.1:50052)"
+    ),
+}
+
+
+def default_worker_id() -> str:
+    """hostname-pid: unique per process and readable in the job's worker_id."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the daemon needs; built once from flags or by the caller."""
+
+    models: tuple[str, ...]
+    connection: ConnectionConfig = field(
+        default_factory=lambda: ConnectionConfig(target=DEFAULT_WORKER_TARGET)
+    )
+    concurrency: int = 1
+    worker_id: str = field(default_factory=default_worker_id)
+    grace_period: float = 30.0
+    claim_wait: float = CLAIM_WAIT
+    #: Reported progress is pushed at most this often (besides the lease heartbeats).
+    progress_interval: float = 1.0
+
+
+class HandlerLoadError(JobgateError):
+    """`--handler` does not name an importable callable."""
+
+
+def load_handler(spec: str) -> Handler:
+    """Import `module:function` (or `path/to/file.py:function`).
+
+    The current directory is importable, as with gunicorn and uvicorn, so
+    `--handler examples.handlers:text_stats` works from a checkout.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise HandlerLoadError(f"--handler must look like module:function, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            loaded = importlib.util.spec_from_file_location(path.stem, path)
+            if loaded is None or loaded.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except Exception as error:
+        raise HandlerLoadError(f"cannot import {module_name!r}: {error}") from error
+    handler = module
+    for part in attribute.split("."):
+        handler = getattr(handler, part, None)  # type: ignore[assignment]
+        if handler is None:
+            raise HandlerLoadError(f"{module_name!r} has no attribute {attribute!r}")
+    if not callable(handler):
+        raise HandlerLoadError(f"{spec} is not callable")
+    return handler
+
+
+class Worker:
+    """The daemon. `await Worker(config, handler).run()` returns the exit code."""
+
+    def __init__(self, config: WorkerConfig, handler: Handler) -> None:
+        if not config.models:
+            raise ValueError("a worker needs at least one model")
+        if config.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.config = config
+        self.handler = handler
+        self.active: dict[str, asyncio.Task[None]] = {}
+        self.claimed_total = 0
+        self._link = Link()
+        self._stopping = asyncio.Event()
+        self._force = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._exit_code = 0
+
+    def stop(self) -> None:
+        """Begin draining (first call); skip the grace period (second call)."""
+        if self._stopping.is_set():
+            log.warning("second stop signal: not waiting for in-flight jobs")
+            self._force.set()
+        else:
+            log.info(
+                "stopping: no new claims; waiting up to %.0fs for %d in-flight job(s)",
+                self.config.grace_period,
+                len(self.active),
+            )
+            self._stopping.set()
+
+    async def run(self) -> int:
+        """Claim and run jobs until stopped; then drain and return the exit code."""
+        connection = self.config.connection
+        channel = connection.open_channel()
+        stub = worker_service_pb2_grpc.WorkerServiceStub(channel)
+        log.info(
+            "worker %s serving models %s on %s (concurrency %d)",
+            self.config.worker_id,
+            ",".join(self.config.models),
+            connection.target,
+            self.config.concurrency,
+        )
+        try:
+            await self._claim_loop(stub)
+            await self._drain()
+        finally:
+            await channel.close(grace=None)
+        log.info("worker %s stopped", self.config.worker_id)
+        return self._exit_code
+
+    async def _claim_loop(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            free = self.config.concurrency - len(self.active)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._until_stopping(self._slot_freed.wait())
+                continue
+            try:
+                response = await self._claim(stub, min(free, MAX_CLAIM_BATCH))
+            except JobgateError as error:
+                if error.code in _FATAL_CODES:
+                    log.error("%s: %s", _FATAL_CODES[error.code], error)
+                    self._exit_code = 1
+                    self._stopping.set()
+                    return
+                failures += 1
+                self._link.failed(error)
+                await self._until_stopping(asyncio.sleep(backoff(failures, cap=10.0)))
+                continue
+            if response is None:
+                return  # stopping while the poll was open
+            failures = 0
+            self._link.ok()
+            for claimed in response.jobs:
+                self._start(stub, claimed)
+
+    async def _claim(
+        self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub, max_jobs: int
+    ) -> worker_service_pb2.ClaimNextResponse | None:
+        """One long poll; None when a stop interrupted it before any job came."""
+        request = worker_service_pb2.ClaimNextRequest(
+            worker_id=self.config.worker_id, models=list(self.config.models), max_jobs=max_jobs
+        )
+        request.wait.FromNanoseconds(int(self.config.claim_wait * 1e9))
+        call = stub.ClaimNext(
+            request,
+            timeout=self.config.claim_wait + 10.0,
+            metadata=self.config.connection.metadata,
+        )
+        poll = asyncio.ensure_future(call)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not poll.done():
+            # Stopping: abandon the poll. A job the server claimed in that very
+            # instant is requeued when its lease expires.
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                await poll
+            return None
+        try:
+            return poll.result()
+        except grpc.RpcError as rpc_error:
+            raise error_from_rpc(rpc_error) from rpc_error
+
+    def _start(
+        self,
+        stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
+        claimed: worker_service_pb2.ClaimedJob,
+    ) -> None:
+        self.claimed_total += 1
+        job = claimed.job
+        log.info(
+            "job %s claimed (model %s, tenant %s, attempt %d)",
+            job.id,
+            job.model,
+            job.tenant,
+            job.attempts,
+        )
+        run = JobRun(
+            claimed,
+            stub=stub,
+            handler=self.handler,
+            metadata=self.config.connection.metadata,
+            worker_id=self.config.worker_id,
+            link=self._link,
+            progress_interval=self.config.progress_interval,
+        )
+        task = asyncio.create_task(self._guarded(run), name=f"job-{job.id}")
+        self.active[job.id] = task
+        task.add_done_callback(lambda _: self._finished(job.id))
+
+    async def _guarded(self, run: JobRun) -> None:
+        try:
+            await run.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug of ours must not kill the daemon either
+            log.exception("job %s: unexpected worker error", run.job_id)
+
+    def _finished(self, job_id: str) -> None:
+        self.active.pop(job_id, None)
+        self._slot_freed.set()
+
+    async def _until_stopping(self, waiting: Coroutine[Any, Any, Any]) -> None:
+        """Await `waiting` unless a stop comes first."""
+        task = asyncio.ensure_future(waiting)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for pending in (task, stop):
+            pending.cancel()
+
+    async def _drain(self) -> None:
+        """Wait for in-flight jobs up to the grace period (or a second signal)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.grace_period
+        pending = set(self.active.values())
+        force = asyncio.ensure_future(self._force.wait())
+        while pending and not self._force.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.wait(
+                pending | {force}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending = {task for task in pending if not task.done()}
+        force.cancel()
+        if pending:
+            log.warning("grace period over: handing back %d unfinished job(s)", len(pending))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def run_worker(config: WorkerConfig, handler: Handler) -> int:
+    """Run the daemon in its own event loop with SIGTERM/SIGINT draining it."""
+
+    async def main() -> int:
+        worker = Worker(config, handler)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, worker.stop)
+        return await worker.run()
+
+    return asyncio.run(main())
