@@ -1,0 +1,102 @@
+"""JobService: authenticate, validate, call the store, convert. No state rules here."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc.aio
+
+from gateway_server import convert, validate
+from jobgate.serving.auth import Caller, Role
+from jobgate.serving.context import Serving
+from jobgate.serving.convert import job_to_proto
+from jobgate.serving.logs import job_fields
+from jobgate.v1 import job_service_pb2 as pb
+from jobgate.v1 import job_service_pb2_grpc
+from store.errors import StoreError
+from store.model import Job, JobKind, JobStatus
+
+log = logging.getLogger("jobgate.gateway")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class JobService(job_service_pb2_grpc.JobServiceServicer):
+    def __init__(self, serving: Serving) -> None:
+        self._serving = serving
+        self._store = serving.store
+        self._settings = serving.settings
+
+    def _caller(self, context: Context) -> Caller:
+        return self._serving.auth.authenticate(context.invocation_metadata(), Role.CLIENT)
+
+    async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
+        caller = self._caller(context)
+        validate.submit(
+            request, self._settings.max_payload_bytes, self._settings.max_group_children
+        )
+        submit = convert.submit_request(caller.tenant, request)
+        result = await self._store.submit(submit)
+        if not result.reused:
+            self._serving.metrics.submitted(
+                caller.tenant, submit.priority, convert.specs_of(submit)
+            )
+        log.info("job submitted", extra=job_fields(result.job, reused=result.reused))
+        return pb.SubmitResponse(job=job_to_proto(result.job), reused=result.reused)
+
+    async def Get(self, request: pb.GetRequest, context: Context) -> pb.GetResponse:
+        caller = self._caller(context)
+        validate.job_id(request.job_id)
+        job = await self._store.get(caller.tenant, request.job_id)
+        return pb.GetResponse(job=job_to_proto(job))
+
+    async def StreamStatus(
+        self, request: pb.StreamStatusRequest, context: Context
+    ) -> AsyncIterator[pb.StreamStatusResponse]:
+        caller = self._caller(context)
+        validate.job_id(request.job_id)
+        lifecycle = self._serving.lifecycle
+        snapshots = self._store.watch(caller.tenant, request.job_id)
+        # aclosing: the store's watcher is released however the stream ends
+        # (terminal snapshot, client gone, drain).
+        async with contextlib.aclosing(snapshots):  # type: ignore[type-var]
+            while True:
+                finished, job = await lifecycle.unless_draining(_next(snapshots))
+                if not finished or job is None:
+                    return  # drained, or the terminal snapshot was sent
+                yield pb.StreamStatusResponse(job=job_to_proto(job))
+
+    async def Cancel(self, request: pb.CancelRequest, context: Context) -> pb.CancelResponse:
+        caller = self._caller(context)
+        validate.cancel(request)
+        result = await self._store.cancel(caller.tenant, request.job_id, request.reason)
+        if result.cancelled:
+            log.info("job cancelled", extra=job_fields(result.job))
+            await self._count_cancelled(caller.tenant, result.job)
+        return pb.CancelResponse(job=job_to_proto(result.job), cancelled=result.cancelled)
+
+    async def _count_cancelled(self, tenant: str, job: Job) -> None:
+        metrics = self._serving.metrics
+        if job.kind is not JobKind.GROUP:
+            metrics.finished(job)
+            return
+        # The group's held and queued children were cancelled in the same
+        # atomic step, so they carry the parent's end_time; the summaries
+        # have no model, hence one read per group cancel.
+        try:
+            children = await self._store.list_children(tenant, job.id)
+        except StoreError as error:
+            log.warning("cancelled children not counted: %s", error, extra=job_fields(job))
+            return
+        for child in children:
+            if child.status is JobStatus.CANCELLED and child.end_time == job.end_time:
+                metrics.finished(child)
+
+
+async def _next(snapshots: AsyncIterator[Job]) -> Job | None:
+    try:
+        return await anext(snapshots)
+    except StopAsyncIteration:
+        return None

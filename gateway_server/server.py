@@ -1,0 +1,23 @@
+"""The JobService gRPC server: `build_server` (tests bind port 0) apart from running it."""
+
+from __future__ import annotations
+
+import grpc.aio
+
+from gateway_server.job_service import JobService
+from jobgate.serving.context import Serving
+from jobgate.serving.grpc_server import new_server
+from jobgate.serving.settings import Address
+from jobgate.v1 import job_service_pb2, job_service_pb2_grpc
+
+SERVICE_NAME = job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name
+
+
+def build_server(serving: Serving, address: Address) -> tuple[grpc.aio.Server, int]:
+    """JobService (+ health, reflection) bound to `address`; returns (server, port)."""
+    servicer = JobService(serving)
+
+    def add(server: grpc.aio.Server) -> None:
+        job_service_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
+
+    return new_server(serving, address, add, [SERVICE_NAME])

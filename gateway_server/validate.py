@@ -1,0 +1,68 @@
+"""Validation of JobService requests; each violation names its field."""
+
+from __future__ import annotations
+
+from jobgate.serving.validation import (
+    MAX_ATTEMPTS,
+    MAX_CANCEL_REASON_BYTES,
+    MAX_CONTENT_TYPE_BYTES,
+    MAX_DURATION_SECONDS,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    Violations,
+)
+from jobgate.v1 import job_pb2, job_service_pb2
+
+_PRIORITIES = tuple(job_pb2.Priority.values())
+
+
+def submit(
+    request: job_service_pb2.SubmitRequest, max_payload_bytes: int, max_group_children: int
+) -> None:
+    v = Violations()
+    v.printable_ascii(
+        "idempotency_key", request.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES, required=False
+    )
+    v.enum("priority", request.priority, _PRIORITIES, "PRIORITY_*")
+    work = request.WhichOneof("work")
+    if work == "job":
+        _spec(v, "job", request.job, max_payload_bytes)
+    elif work == "group":
+        _group(v, request.group, max_payload_bytes, max_group_children)
+    else:
+        v.add("work", "one of job or group is required")
+    v.raise_if_any()
+
+
+def _group(v: Violations, group: job_pb2.GroupSpec, max_payload: int, max_children: int) -> None:
+    count = len(group.children)
+    if not 1 <= count <= max_children:
+        v.add("group.children", f"must have 1 to {max_children} entries (got {count})")
+        if count > max_children:
+            return  # the cap decides; don't also inspect every child
+    if group.max_parallel < 0:
+        v.add("group.max_parallel", "must not be negative")
+    for index, child in enumerate(group.children):
+        _spec(v, f"group.children[{index}]", child, max_payload)
+
+
+def _spec(v: Violations, path: str, spec: job_pb2.JobSpec, max_payload_bytes: int) -> None:
+    v.model(f"{path}.model", spec.model)
+    v.max_bytes(f"{path}.payload", spec.payload, max_payload_bytes)
+    v.max_bytes(f"{path}.content_type", spec.content_type, MAX_CONTENT_TYPE_BYTES)
+    v.labels(f"{path}.labels", spec.labels)
+    v.int_range(f"{path}.max_attempts", spec.max_attempts, 0, MAX_ATTEMPTS)
+    v.duration(f"{path}.queue_timeout", spec.queue_timeout, MAX_DURATION_SECONDS)
+    v.duration(f"{path}.run_timeout", spec.run_timeout, MAX_DURATION_SECONDS)
+
+
+def job_id(value: str) -> None:
+    v = Violations()
+    v.job_id("job_id", value)
+    v.raise_if_any()
+
+
+def cancel(request: job_service_pb2.CancelRequest) -> None:
+    v = Violations()
+    v.job_id("job_id", request.job_id)
+    v.max_bytes("reason", request.reason, MAX_CANCEL_REASON_BYTES)
+    v.raise_if_any()

@@ -1,0 +1,164 @@
+"""The one interceptor every jobgate RPC passes through.
+
+For each jobgate.v1 method it wraps the handler so that:
+- a request that does not even decode is INVALID_ARGUMENT (not INTERNAL);
+- while draining, a new call is UNAVAILABLE with ErrorInfo SHUTTING_DOWN;
+- in-flight calls are counted, so shutdown can wait for them;
+- any exception becomes a status in one place (`errors.to_status`);
+- grpc_server_started/handled/handling_seconds are recorded.
+Health and reflection pass through untouched: they must keep answering
+(NOT_SERVING) while the server drains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+import grpc.aio
+from google.rpc import status_pb2
+from grpc_status import rpc_status
+
+from jobgate.serving.errors import ShuttingDown, to_status
+from jobgate.serving.lifecycle import Lifecycle
+from jobgate.serving.metrics import Metrics
+from jobgate.serving.validation import FieldViolation, ValidationError
+
+WRAPPED_PREFIX = "/jobgate.v1."
+_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+# The aio context (the stubs lack abort_with_status, hence Any).
+Context = Any
+UnaryBehavior = Callable[[Any, Context], Awaitable[Any]]
+StreamBehavior = Callable[[Any, Context], AsyncGenerator[Any, None]]
+
+if TYPE_CHECKING:
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+    _Handler = grpc.RpcMethodHandler[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
+    _Handler = grpc.RpcMethodHandler
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse."""
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:
+            return _UNDECODABLE
+
+    return deserialize
+
+
+class _Call:
+    """Bookkeeping of one call: drain gate, in-flight count, metrics, status."""
+
+    def __init__(self, interceptor: ServingInterceptor, kind: str, method: str) -> None:
+        service, _, name = method.lstrip("/").rpartition("/")
+        self._lifecycle = interceptor.lifecycle
+        self._metrics = interceptor.metrics
+        self._labels = (kind, service, name)
+        self._method = method
+        self._start = time.perf_counter()
+        self.code = "OK"
+
+    def begin(self, request: Any) -> None:
+        self._metrics.grpc_started.labels(*self._labels).inc()
+        self._lifecycle.enter()
+        if request is _UNDECODABLE:
+            raise ValidationError([FieldViolation("request", "is not a valid message")])
+        if self._lifecycle.draining:
+            raise ShuttingDown()
+
+    async def fail(self, error: BaseException, context: Context) -> None:
+        """Record why the call ended; abort with the mapped status if it is ours."""
+        if isinstance(error, grpc.aio.AbortError):
+            self.code = _code_name(context.code())
+            return
+        if not isinstance(error, Exception):  # cancelled, generator closed, interrupt
+            self.code = "CANCELLED"
+            return
+        status: status_pb2.Status = to_status(error, self._method)
+        self.code = _CODE_NAMES.get(status.code, "UNKNOWN")
+        await context.abort_with_status(rpc_status.to_status(status))
+
+    def end(self) -> None:
+        self._lifecycle.leave()
+        self._metrics.grpc_handled.labels(*self._labels, self.code).inc()
+        self._metrics.grpc_handling.labels(*self._labels).observe(time.perf_counter() - self._start)
+
+
+def _code_name(code: grpc.StatusCode | None) -> str:
+    return "OK" if code is None else code.name
+
+
+class ServingInterceptor(_Interceptor):
+    def __init__(self, lifecycle: Lifecycle, metrics: Metrics) -> None:
+        self.lifecycle = lifecycle
+        self.metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or not method.startswith(WRAPPED_PREFIX):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(method, cast(UnaryBehavior, handler.unary_unary)),
+                request_deserializer=_safe(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(method, cast(StreamBehavior, handler.unary_stream)),
+                request_deserializer=_safe(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _wrap_unary(self, method: str, behavior: UnaryBehavior) -> UnaryBehavior:
+        async def unary(request: Any, context: Context) -> Any:
+            call = _Call(self, "unary", method)
+            try:
+                call.begin(request)
+                return await behavior(request, context)
+            except BaseException as error:
+                await call.fail(error, context)
+                raise
+            finally:
+                call.end()
+
+        return unary
+
+    def _wrap_stream(self, method: str, behavior: StreamBehavior) -> StreamBehavior:
+        async def stream(request: Any, context: Context) -> AsyncGenerator[Any, None]:
+            call = _Call(self, "server_stream", method)
+            try:
+                call.begin(request)
+                async with contextlib.aclosing(behavior(request, context)) as responses:
+                    async for response in responses:
+                        yield response
+            except BaseException as error:
+                await call.fail(error, context)
+                raise
+            finally:
+                call.end()
+
+        return stream

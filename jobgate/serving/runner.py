@@ -1,0 +1,206 @@
+"""Runs a server process: open the store, start the services, drain on SIGTERM/SIGINT.
+
+`serve` runs JobService and WorkerService over one store (two ports),
+`gateway` runs JobService and `worker-server` WorkerService on --listen.
+Each process also serves /metrics, runs the recovery loop and the store
+probe. Shutdown: health NOT_SERVING, drain (new calls UNAVAILABLE
+SHUTTING_DOWN, long polls and streams return), wait for in-flight calls up
+to --grace-period, stop the servers, stop background tasks, close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+from wsgiref.simple_server import WSGIServer
+
+import grpc.aio
+from prometheus_client import start_http_server
+
+from jobgate.serving.auth import Authenticator, AuthFileError
+from jobgate.serving.background import Recovery, StoreProbe
+from jobgate.serving.context import Serving
+from jobgate.serving.grpc_server import ServerStartError
+from jobgate.serving.instrumented import InstrumentedStore
+from jobgate.serving.metrics import Metrics
+from jobgate.serving.settings import Address, ServerSettings
+from store import StoreError, open_store
+from store.protocol import Store
+
+log = logging.getLogger("jobgate.server")
+
+SERVE, GATEWAY, WORKER_SERVER = "serve", "gateway", "worker-server"
+STORE_OPEN_TIMEOUT = 5.0
+
+
+class StartError(Exception):
+    """The process cannot start; the message is the one line the user sees."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str  # "job" or "worker"
+    server: grpc.aio.Server
+    address: Address
+
+
+BuildServer = Callable[[Serving, Address], tuple[grpc.aio.Server, int]]
+
+
+def _builders(command: str, settings: ServerSettings) -> list[tuple[str, BuildServer, Address]]:
+    # Imported here so the client and worker commands never load the servers.
+    from gateway_server.server import build_server as build_gateway
+    from worker_server.server import build_server as build_worker
+
+    if command == SERVE:
+        return [
+            ("job", build_gateway, settings.listen),
+            ("worker", build_worker, settings.worker_listen),
+        ]
+    if command == GATEWAY:
+        return [("job", build_gateway, settings.listen)]
+    return [("worker", build_worker, settings.listen)]
+
+
+async def open_configured_store(settings: ServerSettings) -> Store:
+    try:
+        store = open_store(
+            settings.redis_url, settings.store_settings(), partition=settings.redis_partition
+        )
+    except (ValueError, ImportError) as error:
+        raise StartError(f"--redis-url: {error}") from None
+    try:
+        await asyncio.wait_for(store.open(), STORE_OPEN_TIMEOUT)
+    except (StoreError, OSError, TimeoutError) as error:
+        where = settings.redis_url or "the embedded store"
+        raise StartError(f"cannot open {where}: {error or type(error).__name__}") from None
+    return store
+
+
+class Process:
+    """One server process; `run()` returns the exit code after a drain."""
+
+    def __init__(self, command: str, settings: ServerSettings, out: TextIO | None = None) -> None:
+        self.command = command
+        self.settings = settings
+        self._out = out or sys.stdout
+        self._stop = asyncio.Event()
+        self.listeners: list[Listener] = []
+        self.metrics_address: Address | None = None
+        self.serving: Serving | None = None
+
+    def request_stop(self) -> None:
+        if self._stop.is_set():
+            log.warning("already draining; waiting for the grace period")
+        self._stop.set()
+
+    async def run(self) -> int:
+        try:
+            auth = Authenticator.from_file(self.settings.auth_file)
+        except AuthFileError as error:
+            raise StartError(str(error)) from None
+        metrics = Metrics()
+        store = InstrumentedStore(await open_configured_store(self.settings), metrics)
+        try:
+            self.serving = Serving(self.settings, store, auth, metrics)
+            return await self._serve(self.serving)
+        finally:
+            await store.close()
+
+    async def _serve(self, serving: Serving) -> int:
+        try:
+            for name, build, address in _builders(self.command, self.settings):
+                server, port = build(serving, address)
+                self.listeners.append(Listener(name, server, Address(address.host, port)))
+        except ServerStartError as error:
+            raise StartError(str(error)) from None
+        serving.metrics.watch_store(serving.store, asyncio.get_running_loop())
+        httpd = self._start_metrics(serving.metrics)
+        try:
+            return await self._run_started(serving)
+        finally:
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()
+
+    def _start_metrics(self, metrics: Metrics) -> WSGIServer | None:
+        address = self.settings.metrics_listen
+        if address is None:
+            return None
+        try:
+            httpd, _ = start_http_server(address.port, address.host, registry=metrics.registry)
+        except OSError as error:
+            raise StartError(f"cannot serve metrics on {address}: {error.strerror}") from None
+        self.metrics_address = Address(address.host, int(httpd.server_port))
+        return httpd
+
+    async def _run_started(self, serving: Serving) -> int:
+        probe = StoreProbe(serving.store, serving.metrics, serving.health)
+        await probe.step()
+        for listener in self.listeners:
+            await listener.server.start()
+        self._announce(serving)
+        self._install_signals()
+        stop_background = asyncio.Event()
+        background = [
+            asyncio.create_task(Recovery(serving.store, serving.metrics).run(stop_background)),
+            asyncio.create_task(probe.run(stop_background)),
+        ]
+        await self._stop.wait()
+        await self._drain(serving)
+        stop_background.set()
+        await asyncio.gather(*background, return_exceptions=True)
+        log.info("stopped")
+        return 0
+
+    def _announce(self, serving: Serving) -> None:
+        parts = [f"{listener.name}={listener.address}" for listener in self.listeners]
+        parts.append(f"metrics={self.metrics_address or 'off'}")
+        line = f"jobgate {self.command} listening {' '.join(parts)}"
+        print(line, file=self._out, flush=True)
+        log.info(
+            "listening",
+            extra={
+                **{listener.name: str(listener.address) for listener in self.listeners},
+                "metrics": str(self.metrics_address or "off"),
+                "store": "redis" if self.settings.redis_url else "embedded",
+            },
+        )
+        if serving.auth.open:
+            log.warning(
+                "running open: no --auth-file, so any caller is accepted; the tenant "
+                "comes from x-jobgate-tenant metadata (else 'default')"
+            )
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+
+    async def _drain(self, serving: Serving) -> None:
+        grace = self.settings.grace_period.total_seconds()
+        deadline = time.monotonic() + grace
+        log.info(
+            "draining", extra={"grace_seconds": grace, "in_flight": serving.lifecycle.in_flight}
+        )
+        await serving.health.shut_down()
+        serving.lifecycle.start_drain()
+        idle = await serving.lifecycle.wait_idle(grace)
+        if not idle:
+            log.warning("grace period over with calls in flight; cancelling them")
+        # Only untracked calls (health Watch, reflection) may remain: a short grace.
+        remaining = min(max(0.0, deadline - time.monotonic()), 0.5) if idle else 0.0
+        await asyncio.gather(*(listener.server.stop(remaining) for listener in self.listeners))
+
+
+def run_command(command: str, settings: ServerSettings) -> int:
+    """The process's exit code; StartError propagates for a one-line message."""
+    return asyncio.run(Process(command, settings).run())

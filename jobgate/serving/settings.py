@@ -1,0 +1,223 @@
+"""Server settings: every DESIGN flag plus our extras, each also from JOBGATE_<NAME>.
+
+Flags are read as strings by argparse and converted here, so a bad value is
+one line naming the flag (argparse would print usage plus a second line).
+The result is one frozen `ServerSettings`, built once in main and passed down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from store.model import StoreSettings
+
+T = TypeVar("T")
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    """A flag or JOBGATE_* value that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    redis_url: str | None = None
+    listen: Address = Address("127.0.0.1", 50051)
+    worker_listen: Address = Address("127.0.0.1", 50052)
+    metrics_listen: Address | None = Address("127.0.0.1", 9464)
+    auth_file: str | None = None
+    lease_timeout: timedelta = timedelta(seconds=30)
+    max_attempts: int = 3
+    run_timeout: timedelta = timedelta(seconds=3600)
+    result_ttl: timedelta = timedelta(seconds=86400)
+    queue_timeout: timedelta = timedelta(seconds=1800)
+    max_payload_bytes: int = 4 * 1024 * 1024
+    max_group_children: int = 1000
+    max_live_per_tenant: int = 10_000
+    max_live_total: int = 100_000
+    redis_partition: str = "default"
+    retry_backoff: timedelta = timedelta(seconds=1)
+    grace_period: timedelta = timedelta(seconds=10)
+    log_format: str = "text"
+    log_level: str = "info"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+
+    def store_settings(self) -> StoreSettings:
+        return StoreSettings(
+            lease_timeout=self.lease_timeout,
+            max_attempts=self.max_attempts,
+            run_timeout=self.run_timeout,
+            queue_timeout=self.queue_timeout,
+            result_ttl=self.result_ttl,
+            max_group_children=self.max_group_children,
+            max_live_per_tenant=self.max_live_per_tenant,
+            max_live_total=self.max_live_total,
+            retry_backoff_base=self.retry_backoff,
+        )
+
+
+def parse_address(text: str) -> Address:
+    """HOST:PORT or [V6HOST]:PORT; port 0 asks for an ephemeral port."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"expected a port 0..65535, got {port_text!r}")
+    return Address(host, int(port_text))
+
+
+def parse_optional_address(text: str) -> Address | None:
+    """Like parse_address; an empty value or "off" turns the listener off."""
+    return None if text.strip().lower() in ("", "off") else parse_address(text)
+
+
+def parse_seconds(text: str) -> timedelta:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"expected positive seconds, got {text!r}")
+    return timedelta(seconds=value)
+
+
+def _int_parser(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise ValueError(f"expected {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
+def _choice_parser(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text.lower()
+
+    return parse
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _partition(text: str) -> str:
+    if not text or any(c in text for c in "{}: ") or not text.isprintable():
+        raise ValueError(f"expected a name without braces, colons or spaces, got {text!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class _Flag:
+    name: str  # the ServerSettings field
+    parse: Callable[[str], Any]
+    help: str
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "JOBGATE_" + self.name.upper()
+
+
+_MAX_INT = 2**31 - 1
+FLAGS: tuple[_Flag, ...] = (
+    _Flag("redis_url", _non_empty, "Redis URL (serve: embedded store when unset)"),
+    _Flag("listen", parse_address, "JobService address (gateway/worker-server: its service)"),
+    _Flag("worker_listen", parse_address, "WorkerService address (serve)"),
+    _Flag("metrics_listen", parse_optional_address, "Prometheus /metrics address; off disables"),
+    _Flag("auth_file", _non_empty, "JSON token file; without it the server runs open"),
+    _Flag("lease_timeout", parse_seconds, "lease length in seconds (default 30)"),
+    _Flag("max_attempts", _int_parser(1, 100), "default attempts per job (default 3)"),
+    _Flag("run_timeout", parse_seconds, "default run timeout in seconds (default 3600)"),
+    _Flag("result_ttl", parse_seconds, "seconds a terminal job is kept (default 86400)"),
+    _Flag("queue_timeout", parse_seconds, "default queue timeout in seconds (default 1800)"),
+    _Flag("max_payload_bytes", _int_parser(1, 1 << 30), "payload/result limit (default 4 MiB)"),
+    _Flag("max_group_children", _int_parser(1, 1_000_000), "children per group (default 1000)"),
+    _Flag("max_live_per_tenant", _int_parser(1, _MAX_INT), "live jobs per tenant (10000)"),
+    _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total (default 100000)"),
+    _Flag("redis_partition", _partition, "Redis hash tag jobgate:{NAME}: (default 'default')"),
+    _Flag("retry_backoff", parse_seconds, "base of the retry back-off in seconds (default 1)"),
+    _Flag("grace_period", parse_seconds, "drain time on SIGTERM in seconds (default 10)"),
+    _Flag("log_format", _choice_parser(LOG_FORMATS), "text or json (default text)"),
+    _Flag("log_level", _choice_parser(LOG_LEVELS), "debug, info, warning, error"),
+    _Flag("tls_cert", _non_empty, "server certificate (PEM) for TLS"),
+    _Flag("tls_key", _non_empty, "server private key (PEM) for TLS"),
+    _Flag("tls_client_ca", _non_empty, "CA (PEM) for mutual TLS: clients must present a cert"),
+)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Every server flag, on every server command (unused ones are ignored)."""
+    for flag in FLAGS:
+        parser.add_argument(
+            flag.option,
+            dest=flag.name,
+            metavar=flag.name.split("_")[-1].upper(),
+            default=None,
+            help=f"{flag.help} [env {flag.env}]",
+        )
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServerSettings:
+    """The settings from flags, else JOBGATE_<NAME>, else the defaults.
+
+    Raises SettingsError naming the flag (and its env var) on a bad value.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for flag in FLAGS:
+        raw: str | None = getattr(args, flag.name, None)
+        source = flag.option
+        if raw is None and flag.env in environ:
+            raw, source = environ[flag.env], flag.env
+        if raw is None:
+            continue
+        try:
+            values[flag.name] = flag.parse(raw)
+        except ValueError as error:
+            raise SettingsError(f"{source}: {error}") from None
+    settings = ServerSettings(**values)
+    _check_consistent(settings)
+    return settings
+
+
+def _check_consistent(settings: ServerSettings) -> None:
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise SettingsError("--tls-cert and --tls-key must be given together")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise SettingsError("--tls-client-ca needs --tls-cert and --tls-key")
+
+
+SETTING_NAMES = tuple(f.name for f in fields(ServerSettings))

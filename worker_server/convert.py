@@ -1,0 +1,34 @@
+"""WorkerService messages <-> store model (the Job itself: jobgate.serving.convert)."""
+
+from __future__ import annotations
+
+from jobgate.serving.convert import STATUS_FROM_PROTO, job_to_proto, timestamp
+from jobgate.v1 import worker_service_pb2 as pb
+from store.model import ERROR_HANDLER, ClaimedJob, HeartbeatResult, JobStatus
+
+
+def claimed_job(claimed: ClaimedJob) -> pb.ClaimedJob:
+    return pb.ClaimedJob(
+        job=job_to_proto(claimed.job),
+        payload=claimed.payload,
+        lease_id=claimed.lease_id,
+        lease_expire_time=timestamp(claimed.lease_expire_time),
+    )
+
+
+def heartbeat_response(result: HeartbeatResult) -> pb.HeartbeatResponse:
+    return pb.HeartbeatResponse(
+        lease_expire_time=timestamp(result.lease_expire_time),
+        cancel_requested=result.cancel_requested,
+    )
+
+
+def result_status(request: pb.SetResultRequest) -> JobStatus:
+    return STATUS_FROM_PROTO[request.status]
+
+
+def error_code(request: pb.SetResultRequest) -> str:
+    """The API's default: a FAILED result without a code is HANDLER_ERROR."""
+    if not request.error_code and result_status(request) is JobStatus.FAILED:
+        return ERROR_HANDLER
+    return request.error_code

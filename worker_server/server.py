@@ -1,0 +1,23 @@
+"""The WorkerService gRPC server: `build_server` (tests bind port 0) apart from running it."""
+
+from __future__ import annotations
+
+import grpc.aio
+
+from jobgate.serving.context import Serving
+from jobgate.serving.grpc_server import new_server
+from jobgate.serving.settings import Address
+from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
+from worker_server.worker_service import WorkerService
+
+SERVICE_NAME = worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
+
+
+def build_server(serving: Serving, address: Address) -> tuple[grpc.aio.Server, int]:
+    """WorkerService (+ health, reflection) bound to `address`; returns (server, port)."""
+    servicer = WorkerService(serving)
+
+    def add(server: grpc.aio.Server) -> None:
+        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(servicer, server)
+
+    return new_server(serving, address, add, [SERVICE_NAME])

@@ -1,0 +1,90 @@
+"""WorkerService: authenticate, validate, call the store, convert. No state rules here."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import grpc.aio
+
+from jobgate.serving.auth import Role
+from jobgate.serving.context import Serving
+from jobgate.serving.convert import job_to_proto
+from jobgate.serving.logs import job_fields
+from jobgate.v1 import worker_service_pb2 as pb
+from jobgate.v1 import worker_service_pb2_grpc
+from worker_server import convert, validate
+
+log = logging.getLogger("jobgate.worker_server")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+# Answer (empty) this long before the caller's deadline rather than let it expire.
+_DEADLINE_MARGIN = timedelta(milliseconds=200)
+
+
+class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, serving: Serving) -> None:
+        self._serving = serving
+        self._store = serving.store
+
+    def _authorize(self, context: Context) -> None:
+        # Workers serve every tenant (a shared fleet); the lease id proves ownership.
+        self._serving.auth.authenticate(context.invocation_metadata(), Role.WORKER)
+
+    async def ClaimNext(
+        self, request: pb.ClaimNextRequest, context: Context
+    ) -> pb.ClaimNextResponse:
+        self._authorize(context)
+        validate.claim_next(request)
+        models = list(dict.fromkeys(request.models))
+        claim = self._store.claim(
+            request.worker_id, models, request.max_jobs or 1, _wait(request, context)
+        )
+        finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        if not finished or not claimed:
+            return pb.ClaimNextResponse()  # nothing came, or the server is draining
+        self._serving.metrics.claimed(claimed)
+        for item in claimed:
+            log.info("job claimed", extra=job_fields(item.job, worker_id=request.worker_id))
+        return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
+
+    async def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: Context
+    ) -> pb.HeartbeatResponse:
+        self._authorize(context)
+        validate.heartbeat(request)
+        result = await self._store.heartbeat(
+            request.job_id, request.lease_id, request.progress, request.stage
+        )
+        return convert.heartbeat_response(result)
+
+    async def SetResult(
+        self, request: pb.SetResultRequest, context: Context
+    ) -> pb.SetResultResponse:
+        self._authorize(context)
+        validate.set_result(request, self._serving.settings.max_payload_bytes)
+        job = await self._store.set_result(
+            request.job_id,
+            request.lease_id,
+            convert.result_status(request),
+            result=request.result,
+            result_content_type=request.result_content_type,
+            error_code=convert.error_code(request),
+            error_message=request.error_message,
+            retryable=request.retryable,
+        )
+        # A retry after a lost answer is counted again: rare, and telling it
+        # apart would cost a store read on every SetResult.
+        if job.terminal:
+            self._serving.metrics.finished(job)
+        log.info("job result", extra=job_fields(job, retryable=request.retryable))
+        return pb.SetResultResponse(job=job_to_proto(job))
+
+
+def _wait(request: pb.ClaimNextRequest, context: Context) -> timedelta:
+    wait = request.wait.ToTimedelta()
+    remaining = context.time_remaining()
+    if remaining is not None and wait > timedelta(0):
+        wait = max(timedelta(0), min(wait, timedelta(seconds=remaining) - _DEADLINE_MARGIN))
+    return wait
