@@ -1,0 +1,49 @@
+"""The negative codes the Lua scripts return, and the one place they become exceptions."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from store.errors import (
+    IdempotencyKeyReused,
+    InvalidRequest,
+    JobCancelled,
+    JobNotFound,
+    LeaseLost,
+    QueueFull,
+    QuotaExceeded,
+    StoreError,
+)
+
+
+class LuaCode(IntEnum):
+    """Every `return {-N}` of store/lua/*.lua (a closed set, as BullMQ's ErrorCode)."""
+
+    JOB_NOT_FOUND = -1
+    LEASE_LOST = -2
+    JOB_CANCELLED = -3
+    IDEMPOTENCY_KEY_REUSED = -4
+    QUOTA_EXCEEDED = -5
+    QUEUE_FULL = -6
+    INVALID_CHILDREN = -7
+
+
+def error_for(code: int, job_id: str = "", max_group_children: int = 0) -> StoreError:
+    """The store exception for a script's negative code (ValueError for an unknown code)."""
+    lua_code = LuaCode(code)
+    ids = {"job_id": job_id} if job_id else {}
+    if lua_code is LuaCode.JOB_NOT_FOUND:
+        return JobNotFound(f"job {job_id!r} not found", **ids)
+    if lua_code is LuaCode.LEASE_LOST:
+        return LeaseLost(f"lease of job {job_id!r} is not live", **ids)
+    if lua_code is LuaCode.JOB_CANCELLED:
+        return JobCancelled(f"job {job_id!r} was cancelled", **ids)
+    if lua_code is LuaCode.IDEMPOTENCY_KEY_REUSED:
+        return IdempotencyKeyReused("idempotency key was used for a different request", **ids)
+    if lua_code is LuaCode.QUOTA_EXCEEDED:
+        return QuotaExceeded("too many live jobs for this tenant")
+    if lua_code is LuaCode.QUEUE_FULL:
+        return QueueFull("too many live jobs")
+    return InvalidRequest(
+        "group.children", f"a group needs between 1 and {max_group_children} children"
+    )

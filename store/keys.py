@@ -1,0 +1,162 @@
+"""Every Redis key name jobgate uses, spelled in this one module.
+
+All keys of one partition share the hash tag `{<partition>}` so every script
+touches a single slot (Redis Cluster safe). Scripts that meet a job id inside
+Redis (after ZPOPMIN, in a children list...) build its keys from the prefix
+passed in ARGV with the Lua helpers that `lua_helpers()` generates here, so
+the spelling still lives only in this file.
+"""
+
+from __future__ import annotations
+
+import re
+
+from store.model import PRIORITIES_IN_CLAIM_ORDER, Priority
+
+_PARTITION = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+# Per-job key suffixes, after `<prefix>job:<id>`.
+_PAYLOAD = ":payload"
+_RESULT = ":result"
+_CHILDREN = ":children"
+_HELD = ":held"
+
+
+class Keys:
+    """Key names for one partition: `jobgate:{<partition>}:...`."""
+
+    def __init__(self, partition: str) -> None:
+        if not _PARTITION.fullmatch(partition):
+            raise ValueError(f"partition must match {_PARTITION.pattern}, got {partition!r}")
+        self.partition = partition
+        self.prefix = f"jobgate:{{{partition}}}:"
+
+    # Per job -----------------------------------------------------------------
+    def job(self, job_id: str) -> str:
+        """Hash: the job record."""
+        return f"{self.prefix}job:{job_id}"
+
+    def payload(self, job_id: str) -> str:
+        """String: the job's input bytes."""
+        return self.job(job_id) + _PAYLOAD
+
+    def result(self, job_id: str) -> str:
+        """String: the job's result bytes."""
+        return self.job(job_id) + _RESULT
+
+    def children(self, job_id: str) -> str:
+        """List: a group's child ids in index order."""
+        return self.job(job_id) + _CHILDREN
+
+    def held(self, job_id: str) -> str:
+        """Sorted set: a group's HELD child ids scored by child index."""
+        return self.job(job_id) + _HELD
+
+    def idempotency(self, tenant: str, key: str) -> str:
+        """String "<fingerprint> <job id>". The tenant is length-prefixed so
+        ("a:b", "c") and ("a", "b:c") never collide."""
+        return f"{self.prefix}idem:{len(tenant)}:{tenant}:{key}"
+
+    # Per model -----------------------------------------------------------------
+    def queue(self, model: str, priority: Priority) -> str:
+        """Sorted set: claimable job ids of (model, priority) scored by submit sequence."""
+        return f"{self.prefix}queue:{model}:{int(priority)}"
+
+    def claim_queues(self, models: list[str]) -> list[str]:
+        """The ready queues of `models` in claim order (priority-major)."""
+        return [self.queue(m, p) for p in PRIORITIES_IN_CLAIM_ORDER for m in models]
+
+    # Partition-wide ------------------------------------------------------------
+    @property
+    def events(self) -> str:
+        """Stream: the audit trail, capped (MAXLEN ~)."""
+        return self.prefix + "events"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set: PROCESSING job ids scored by lease deadline (ms)."""
+        return self.prefix + "leases"
+
+    @property
+    def run_deadlines(self) -> str:
+        """Sorted set: PROCESSING job ids scored by run-timeout deadline (ms)."""
+        return self.prefix + "run_deadlines"
+
+    @property
+    def retries(self) -> str:
+        """Sorted set: QUEUED-but-delayed job ids scored by when they become claimable (ms)."""
+        return self.prefix + "retries"
+
+    @property
+    def queue_timeouts(self) -> str:
+        """Sorted set: QUEUED job ids scored by queue-timeout deadline (ms)."""
+        return self.prefix + "queue_timeouts"
+
+    @property
+    def live(self) -> str:
+        """Hash: tenant -> live (held+queued+processing) job count."""
+        return self.prefix + "live"
+
+    @property
+    def live_total(self) -> str:
+        """String: live job count over all tenants."""
+        return self.prefix + "live_total"
+
+    @property
+    def in_flight(self) -> str:
+        """Hash: model -> PROCESSING job count."""
+        return self.prefix + "in_flight"
+
+    @property
+    def models(self) -> str:
+        """Set: every model ever submitted (for queue_depths / in_flight)."""
+        return self.prefix + "models"
+
+    @property
+    def seq(self) -> str:
+        """String: the submit sequence counter (INCR), the FIFO score."""
+        return self.prefix + "seq"
+
+    @property
+    def leader(self) -> str:
+        """String: the recovery leader's holder id, with a PX expiry."""
+        return self.prefix + "leader"
+
+    @property
+    def notify(self) -> str:
+        """Pub/sub channel (not a key): "r <model>", "q <model>", "j <job id>"."""
+        return self.prefix + "notify"
+
+    def transition_keys(self) -> list[str]:
+        """KEYS[1..10] of every transition script, in the order common.lua names them."""
+        return [
+            self.events,
+            self.leases,
+            self.run_deadlines,
+            self.retries,
+            self.queue_timeouts,
+            self.live,
+            self.live_total,
+            self.in_flight,
+            self.models,
+            self.seq,
+        ]
+
+
+def lua_helpers() -> str:
+    """Lua functions that build per-job and per-model keys from the ARGV prefix.
+
+    Prepended to every script by the loader (the `keys` include), so that the
+    suffixes above are the only spelling of these names.
+    """
+    return f"""
+local function job_key(prefix, id) return prefix .. "job:" .. id end
+local function payload_key(prefix, id) return prefix .. "job:" .. id .. "{_PAYLOAD}" end
+local function result_key(prefix, id) return prefix .. "job:" .. id .. "{_RESULT}" end
+local function children_key(prefix, id) return prefix .. "job:" .. id .. "{_CHILDREN}" end
+local function held_key(prefix, id) return prefix .. "job:" .. id .. "{_HELD}" end
+local function queue_key(prefix, model, priority)
+  return prefix .. "queue:" .. model .. ":" .. priority
+end
+local function notify_channel(prefix) return prefix .. "notify" end
+"""

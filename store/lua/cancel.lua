@@ -1,0 +1,53 @@
+--[[
+  Cancel a job or a group.
+
+  Input:
+    KEYS[1..10]  the transition keys (see includes/common.lua)
+    KEYS[11]     the job hash
+    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]      job id
+    ARGV[5]      tenant (another tenant's job is JOB_NOT_FOUND)
+    ARGV[6]      reason (stored as error_message)
+
+  Keys built from the prefix: a group's children, a child's parent.
+
+  Output:
+    {1, snapshot}  cancelled now
+    {0, snapshot}  already terminal: nothing changed
+    {-1}  JOB_NOT_FOUND: no record, or another tenant's
+
+  Transitions: HELD | QUEUED -> CANCELLED; PROCESSING -> CANCELLED with
+  cancel_requested (the lease id stays, so the worker's heartbeat learns it
+  and its set_result gets JOB_CANCELLED); a group parent -> CANCELLED with its
+  HELD/QUEUED children (running children run on). A child's end updates its
+  parent as set_result does. TTL as set_result. Under OOM it still runs:
+  oom_guard writes first.
+]]
+--- @include "keys"
+--- @include "snapshot"
+--- @include "common"
+
+local key = KEYS[11]
+local id = ARGV[4]
+local reason = ARGV[6]
+local f = redis.call('HMGET', key, 'status', 'tenant', 'kind')
+if not f[1] or f[2] ~= ARGV[5] then
+  return {-1}
+end
+if TERMINAL[f[1]] then
+  return {0, snapshot(PREFIX, id)}
+end
+oom_guard(key)
+if f[1] == 'processing' then
+  redis.call('HSET', key, 'cancel_requested', 1)
+end
+finish(id, 'cancelled', 'CANCELLED', reason)
+if f[3] == 'group' then
+  for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, id), 0, -1)) do
+    local status = redis.call('HGET', jk(cid), 'status')
+    if status == 'held' or status == 'queued' then
+      finish(cid, 'cancelled', 'CANCELLED', reason)
+    end
+  end
+end
+return {1, snapshot(PREFIX, id)}

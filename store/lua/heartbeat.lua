@@ -1,0 +1,55 @@
+--[[
+  Extend a lease and record progress and stage.
+
+  Input:
+    KEYS[1..10]  the transition keys (see includes/common.lua)
+    KEYS[11]     the job hash
+    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]      job id
+    ARGV[5]      lease id (fencing token)
+    ARGV[6]      progress (0..1, as a string)
+    ARGV[7]      stage ("" keeps the current one)
+    ARGV[8]      lease_timeout_ms
+
+  Output:
+    {1, lease_deadline_ms, cancel_requested (0|1)}
+    {-1}  JOB_NOT_FOUND: no record
+    {-2}  LEASE_LOST: not the job's live lease (changes nothing)
+    A job cancelled while this lease held it answers {1, old deadline, 1}.
+
+  Transitions: none (the lease deadline in `leases` moves). Under OOM it still
+  runs: oom_guard writes first. Publishes "j <id>" when progress or stage
+  changed.
+]]
+--- @include "keys"
+--- @include "snapshot"
+--- @include "common"
+
+local key = KEYS[11]
+local id = ARGV[4]
+local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage')
+if not f[1] then
+  return {-1}
+end
+if f[2] ~= ARGV[5] then
+  return {-2}
+end
+if f[1] == 'cancelled' then
+  return {1, tonumber(f[3]), 1}
+end
+if f[1] ~= 'processing' then
+  return {-2}
+end
+oom_guard(key)
+local deadline = NOW + tonumber(ARGV[8])
+redis.call('ZADD', K_LEASES, 'XX', deadline, id)
+local stage = ARGV[7]
+if stage == '' then
+  stage = f[5]
+end
+redis.call('HSET', key, 'lease_deadline', deadline, 'progress', ARGV[6], 'stage', stage)
+if tonumber(ARGV[6]) ~= tonumber(f[4]) or stage ~= f[5] then
+  redis.call('HSET', key, 'update_time', NOW)
+  notify('j', id)
+end
+return {1, deadline, 0}

@@ -1,0 +1,245 @@
+-- includes/common.lua: the state machine's shared steps, for transition scripts.
+--
+-- Every transition script passes the same first KEYS and ARGV:
+--   KEYS[1]  events          stream     audit trail (XADD MAXLEN ~)
+--   KEYS[2]  leases          zset       PROCESSING ids by lease deadline (ms)
+--   KEYS[3]  run_deadlines   zset       PROCESSING ids by run-timeout deadline (ms)
+--   KEYS[4]  retries         zset       delayed QUEUED ids by due time (ms)
+--   KEYS[5]  queue_timeouts  zset       QUEUED ids by queue-timeout deadline (ms)
+--   KEYS[6]  live            hash       tenant -> live job count
+--   KEYS[7]  live_total      string     live job count, all tenants
+--   KEYS[8]  in_flight       hash       model -> PROCESSING count
+--   KEYS[9]  models          set        every model seen
+--   KEYS[10] seq             string     submit sequence (FIFO score)
+--   ARGV[1]  prefix          "jobgate:{<partition>}:" (same hash tag as KEYS):
+--                            per-job and per-model keys met inside a script
+--                            are built from it (job hash, payload, result,
+--                            children, held, ready queues, notify channel)
+--   ARGV[2]  events_max_length
+--   ARGV[3]  result_ttl in ms
+--
+-- Notifications (PUBLISH on <prefix>notify): "r <model>" a job became
+-- claimable; "q <model>" a ready queue shrank (queue positions moved);
+-- "j <id>" the job's snapshot changed.
+--
+-- Out of memory: Redis 7 runs scripts without a shebang in compatibility
+-- mode, where OOM is checked only at the first DENYOOM command (HSET, ZADD,
+-- XADD, INCR...) issued before the script wrote anything. `oom_guard`
+-- issues a write that never grows memory (HDEL of an absent field), after
+-- which the transitions that must survive OOM (heartbeat, set_result,
+-- cancel, claim, recovery) run to completion; submit deliberately starts its
+-- writes with INCRBY, so under OOM it is refused before changing anything.
+
+local PREFIX = ARGV[1]
+local EVENTS_MAXLEN = ARGV[2]
+local RESULT_TTL_MS = tonumber(ARGV[3])
+local K_EVENTS = KEYS[1]
+local K_LEASES = KEYS[2]
+local K_RUN = KEYS[3]
+local K_RETRIES = KEYS[4]
+local K_QTIMEOUTS = KEYS[5]
+local K_LIVE = KEYS[6]
+local K_LIVE_TOTAL = KEYS[7]
+local K_INFLIGHT = KEYS[8]
+local K_MODELS = KEYS[9]
+local K_SEQ = KEYS[10]
+
+local NOW
+do
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local TERMINAL = {completed = true, failed = true, cancelled = true, partial = true}
+
+local function jk(id)
+  return job_key(PREFIX, id)
+end
+
+local function oom_guard(key)
+  redis.call('HDEL', key, 'oom-guard')
+end
+
+local NOTIFIED = {}
+local function notify(kind, what)
+  local message = kind .. ' ' .. what
+  if not NOTIFIED[message] then
+    NOTIFIED[message] = true
+    redis.call('PUBLISH', notify_channel(PREFIX), message)
+  end
+end
+
+-- The events this script appended, each {stream id, field, value, ...}.
+local EMITTED = {}
+local function emit(id, from, to, error_code)
+  local f = redis.call('HMGET', jk(id), 'parent_id', 'tenant', 'model', 'priority',
+    'attempts', 'worker_id')
+  local fields = {
+    'job_id', id, 'parent_job_id', f[1] or '', 'tenant', f[2] or '', 'model', f[3] or '',
+    'priority', f[4] or '', 'from', from or '', 'to', to, 'attempts', f[5] or '0',
+    'worker_id', f[6] or '', 'error_code', error_code or '', 'time', tostring(NOW)}
+  local sid = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(fields))
+  local entry = {sid}
+  for i = 1, #fields do
+    entry[#entry + 1] = fields[i]
+  end
+  EMITTED[#EMITTED + 1] = entry
+end
+
+local function backoff_ms(attempts, base_ms, max_ms)
+  local delay = base_ms * 2 ^ (math.max(attempts, 1) - 1)
+  return math.min(delay, max_ms)
+end
+
+-- A PROCESSING job gives up its lease (it stays live).
+local function leave_processing(id, model)
+  redis.call('ZREM', K_LEASES, id)
+  redis.call('ZREM', K_RUN, id)
+  redis.call('HINCRBY', K_INFLIGHT, model, -1)
+end
+
+-- HELD or PROCESSING -> QUEUED, claimable now (delay 0) or after delay_ms.
+-- A requeued job keeps its sequence number: it goes back to its place.
+local function to_queued(id, from, delay_ms, error_code)
+  local key = jk(id)
+  local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout')
+  redis.call('HSET', key, 'status', 'queued', 'update_time', NOW)
+  local queue_timeout = tonumber(f[4]) or 0
+  if queue_timeout > 0 then
+    redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, id)
+  end
+  if delay_ms > 0 then
+    redis.call('ZADD', K_RETRIES, NOW + delay_ms, id)
+  else
+    redis.call('ZADD', queue_key(PREFIX, f[1], f[2]), f[3], id)
+    notify('r', f[1])
+  end
+  emit(id, from, 'queued', error_code)
+  notify('j', id)
+end
+
+-- Release HELD children (lowest index first) while the group has room.
+local function release_held(parent_id)
+  local pkey = jk(parent_id)
+  local p = redis.call('HMGET', pkey, 'max_parallel', 'active', 'status')
+  if not p[3] or TERMINAL[p[3]] then
+    return
+  end
+  local max_parallel = tonumber(p[1]) or 0
+  local active = tonumber(p[2]) or 0
+  local released = false
+  while max_parallel == 0 or active < max_parallel do
+    local popped = redis.call('ZPOPMIN', held_key(PREFIX, parent_id))
+    if #popped == 0 then
+      break
+    end
+    local cid = popped[1]
+    -- an orphan id (record expired or deleted) is dropped, never recreated
+    if redis.call('HGET', jk(cid), 'status') == 'held' then
+      active = active + 1
+      released = true
+      to_queued(cid, 'held', 0, '')
+    end
+  end
+  if released then
+    redis.call('HSET', pkey, 'active', active)
+  end
+end
+
+local function expire_job(id, ttl_ms)
+  local key = jk(id)
+  redis.call('PEXPIRE', key, ttl_ms)
+  redis.call('PEXPIRE', payload_key(PREFIX, id), ttl_ms)
+  redis.call('PEXPIRE', result_key(PREFIX, id), ttl_ms)
+  local idem = redis.call('HGET', key, 'idem_ref')
+  if idem and idem ~= '' then
+    redis.call('PEXPIRE', idem, ttl_ms)
+  end
+end
+
+local finish
+
+-- Group bookkeeping when a child reaches a terminal status.
+local function child_ended(parent_id, status, was_active)
+  local pkey = jk(parent_id)
+  if redis.call('EXISTS', pkey) == 0 then
+    return
+  end
+  redis.call('HINCRBY', pkey, 'done', 1)
+  if status == 'completed' then
+    redis.call('HINCRBY', pkey, 'completed', 1)
+  end
+  if was_active then
+    redis.call('HINCRBY', pkey, 'active', -1)
+  end
+  release_held(parent_id)
+  local p = redis.call('HMGET', pkey, 'total', 'done', 'completed', 'status')
+  local total, done, completed = tonumber(p[1]), tonumber(p[2]), tonumber(p[3])
+  redis.call('HSET', pkey, 'progress', tostring(done / total), 'update_time', NOW)
+  notify('j', parent_id)
+  if done >= total and not TERMINAL[p[4]] then
+    local final = 'partial'
+    if completed == total then
+      final = 'completed'
+    elseif completed == 0 then
+      final = 'failed'
+    end
+    finish(parent_id, final, '', '')
+  end
+end
+
+-- Any live status -> a terminal one: drop every index entry, free the live
+-- counters, record the event, set the TTLs, do the group bookkeeping.
+finish = function(id, status, error_code, error_message)
+  local key = jk(id)
+  local f = redis.call('HMGET', key, 'status', 'kind', 'model', 'priority', 'tenant',
+    'parent_id')
+  local from, kind, model, tenant, parent_id = f[1], f[2], f[3], f[5], f[6]
+  if not from or TERMINAL[from] then
+    return
+  end
+  redis.call('ZREM', K_LEASES, id)
+  redis.call('ZREM', K_RUN, id)
+  redis.call('ZREM', K_RETRIES, id)
+  redis.call('ZREM', K_QTIMEOUTS, id)
+  if from == 'queued' and kind ~= 'group' then
+    redis.call('ZREM', queue_key(PREFIX, model, f[4]), id)
+    notify('q', model)
+  elseif from == 'held' then
+    redis.call('ZREM', held_key(PREFIX, parent_id), id)
+  elseif from == 'processing' and kind ~= 'group' then
+    redis.call('HINCRBY', K_INFLIGHT, model, -1)
+  end
+  if kind ~= 'group' then
+    redis.call('HINCRBY', K_LIVE, tenant, -1)
+    redis.call('DECR', K_LIVE_TOTAL)
+  end
+  redis.call('HSET', key, 'status', status, 'end_time', NOW, 'update_time', NOW,
+    'error_code', error_code, 'error_message', error_message)
+  emit(id, from, status, error_code)
+  notify('j', id)
+  if kind == 'group' then
+    expire_job(id, RESULT_TTL_MS)
+    redis.call('PEXPIRE', children_key(PREFIX, id), RESULT_TTL_MS)
+    redis.call('DEL', held_key(PREFIX, id))
+    -- children still running keep no TTL; they take the parent's when they end
+    for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, id), 0, -1)) do
+      if TERMINAL[redis.call('HGET', jk(cid), 'status')] then
+        expire_job(cid, RESULT_TTL_MS)
+      end
+    end
+  elseif kind == 'child' then
+    local parent_ttl = redis.call('PTTL', jk(parent_id))
+    if parent_ttl > 0 then
+      expire_job(id, parent_ttl)
+    end
+    child_ended(parent_id, status, from == 'queued' or from == 'processing')
+  else
+    expire_job(id, RESULT_TTL_MS)
+  end
+end
+
+-- The reply of recover scripts: items handled, then the events emitted.
+local function recover_reply(handled)
+  return {handled, EMITTED}
+end

@@ -1,0 +1,18 @@
+--[[
+  Read a job's input bytes.
+
+  Input:
+    KEYS[1]  the job hash
+    KEYS[2]  the job's payload (string)
+    ARGV[1]  tenant
+
+  Output:
+    {1, payload}
+    {-1}  JOB_NOT_FOUND: no record, or another tenant's
+
+  Transitions: none (read only).
+]]
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then
+  return {-1}
+end
+return {1, redis.call('GET', KEYS[2]) or ''}

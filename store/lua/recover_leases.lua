@@ -1,0 +1,41 @@
+--[[
+  Expired leases: requeue at the original place, or end FAILED past max_attempts.
+
+  Input:
+    KEYS[1..10]  the transition keys (see includes/common.lua)
+    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]      limit: at most this many expired leases per call
+
+  Reads only what expired (ZRANGEBYSCORE leases -inf now LIMIT 0 limit):
+  O(limit x log N), never O(in flight). Keys built from the prefix: the
+  jobs' hashes, their ready queues, a child's parent.
+
+  Output:
+    {handled, {{stream id, field, value, ...}, ...}}  handled < limit means
+    nothing more is due. An orphan id (record gone) is dropped.
+
+  Transitions: PROCESSING -> QUEUED (same sequence, error_code on the event
+  LEASE_EXPIRED); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED), with the group
+  steps of a child's end.
+]]
+--- @include "keys"
+--- @include "snapshot"
+--- @include "common"
+
+local ids = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
+for _, id in ipairs(ids) do
+  redis.call('ZREM', K_LEASES, id)
+  local f = redis.call('HMGET', jk(id), 'status', 'attempts', 'max_attempts', 'model')
+  if not f[1] then
+    redis.call('ZREM', K_RUN, id)
+  elseif f[1] == 'processing' then
+    if tonumber(f[2]) >= tonumber(f[3]) then
+      finish(id, 'failed', 'ATTEMPTS_EXHAUSTED',
+        'lease expired on attempt ' .. f[2] .. ' of ' .. f[3])
+    else
+      leave_processing(id, f[4])
+      to_queued(id, 'processing', 0, 'LEASE_EXPIRED')
+    end
+  end
+end
+return recover_reply(#ids)

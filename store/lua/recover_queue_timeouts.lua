@@ -1,0 +1,31 @@
+--[[
+  Jobs QUEUED longer than their queue_timeout (counted from when they last
+  became QUEUED) end FAILED with error_code QUEUE_TIMEOUT.
+
+  Input:
+    KEYS[1..10]  the transition keys (see includes/common.lua)
+    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]      limit
+
+  Reads only what is due (ZRANGEBYSCORE queue_timeouts -inf now LIMIT).
+
+  Output:
+    {handled, events}  (as recover_leases)
+
+  Transitions: QUEUED -> FAILED (QUEUE_TIMEOUT), with the group steps of a
+  child's end.
+]]
+--- @include "keys"
+--- @include "snapshot"
+--- @include "common"
+
+local ids = redis.call('ZRANGEBYSCORE', K_QTIMEOUTS, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
+for _, id in ipairs(ids) do
+  redis.call('ZREM', K_QTIMEOUTS, id)
+  local f = redis.call('HMGET', jk(id), 'status', 'queue_timeout')
+  if f[1] == 'queued' then
+    finish(id, 'failed', 'QUEUE_TIMEOUT',
+      'queued longer than ' .. (tonumber(f[2]) / 1000) .. 's')
+  end
+end
+return recover_reply(#ids)

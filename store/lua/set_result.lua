@@ -1,0 +1,85 @@
+--[[
+  End an attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
+
+  Input:
+    KEYS[1..10]  the transition keys (see includes/common.lua)
+    KEYS[11]     the job hash
+    KEYS[12]     the job's result (string)
+    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]      job id
+    ARGV[5]      lease id (fencing token)
+    ARGV[6]      status: "completed" | "failed"
+    ARGV[7]      result bytes
+    ARGV[8]      result content type
+    ARGV[9]      error_code
+    ARGV[10]     error_message
+    ARGV[11]     retryable (0|1)
+    ARGV[12]     retry backoff base ms
+    ARGV[13]     retry backoff cap ms
+
+  Keys built from the prefix: a child's parent and siblings (group steps).
+
+  Output:
+    {1, snapshot}   applied, or the same lease + outcome seen before (the
+                    stored job, unchanged)
+    {-1}  JOB_NOT_FOUND: no record
+    {-2}  LEASE_LOST: not the live lease, or another outcome for a used lease
+    {-3}  JOB_CANCELLED: cancelled while this lease held it
+
+  Transitions: PROCESSING -> COMPLETED | FAILED; PROCESSING -> QUEUED (retry,
+  claimable after base * 2^(attempts-1), capped); a child's end may release
+  the next HELD child (HELD -> QUEUED) and end its parent (-> COMPLETED |
+  FAILED | PARTIAL). TTL: result_ttl on the terminal job's record, payload,
+  result and idempotency key. Under OOM it still runs: oom_guard writes first.
+]]
+--- @include "keys"
+--- @include "snapshot"
+--- @include "common"
+
+local key = KEYS[11]
+local id = ARGV[4]
+local lease_id = ARGV[5]
+local status = ARGV[6]
+local retryable = ARGV[11] == '1'
+local outcome = status
+if retryable and status == 'failed' then
+  outcome = 'failed:retry'
+end
+
+local f = redis.call('HMGET', key, 'status', 'lease_id', 'outcome_lease', 'outcome',
+  'attempts', 'max_attempts', 'model')
+if not f[1] then
+  return {-1}
+end
+if not (f[1] == 'processing' and f[2] == lease_id) then
+  if f[3] == lease_id then
+    if f[4] == outcome then
+      return {1, snapshot(PREFIX, id)}
+    end
+    return {-2}
+  end
+  if f[1] == 'cancelled' and f[2] == lease_id then
+    return {-3}
+  end
+  return {-2}
+end
+
+oom_guard(key)
+redis.call('HSET', key, 'outcome_lease', lease_id, 'outcome', outcome,
+  'result_content_type', ARGV[8])
+if ARGV[7] ~= '' then
+  redis.call('SET', KEYS[12], ARGV[7])
+end
+local attempts = tonumber(f[5])
+if status == 'completed' then
+  redis.call('HSET', key, 'progress', '1')
+  finish(id, 'completed', '', '')
+elseif retryable and attempts < tonumber(f[6]) then
+  redis.call('HSET', key, 'error_code', ARGV[9], 'error_message', ARGV[10])
+  leave_processing(id, f[7])
+  to_queued(id, 'processing',
+    backoff_ms(attempts, tonumber(ARGV[12]), tonumber(ARGV[13])), ARGV[9])
+else
+  finish(id, 'failed', ARGV[9], ARGV[10])
+end
+return {1, snapshot(PREFIX, id)}

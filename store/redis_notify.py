@@ -1,0 +1,157 @@
+"""Cross-replica wake-ups: one pub/sub connection per RedisStore, local waiters.
+
+Scripts PUBLISH short messages on the partition's channel ("r <model>": a
+job became claimable; "q <model>": a ready queue shrank; "j <id>": a job
+changed). `Notifier` reads them on one task and sets the asyncio events of
+the local `Listener`s interested in that message. A listener is level
+triggered: clear it, read the state, then wait; a message that arrives
+after the clear is never lost.
+
+If the pub/sub connection breaks, every waiter fails at once with
+StoreUnavailable (never a silent hang) and the notifier reconnects in the
+background; after a reconnect every listener is woken once, since messages
+may have been missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from store.errors import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+_POLL_SECONDS = 1.0
+_RECONNECT_SECONDS = 0.2
+
+
+class Listener:
+    """Waits for any message among `topics` (e.g. "r gpt-small", "j 01H...")."""
+
+    def __init__(self, notifier: Notifier, topics: Iterable[str]) -> None:
+        self._notifier = notifier
+        self.topics: set[str] = set(topics)
+        self.event = asyncio.Event()
+
+    def add(self, topic: str) -> None:
+        if topic not in self.topics:
+            self.topics.add(topic)
+            self._notifier._index(self, topic)
+
+    def clear(self) -> None:
+        self.event.clear()
+
+    async def wait(self, timeout: float) -> None:
+        """Return on a message, on timeout or at close; raise if pub/sub is down."""
+        self._notifier.check()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), timeout)
+        self._notifier.check()
+
+
+class Notifier:
+    def __init__(self, client_factory: Callable[[], Redis], channel: str) -> None:
+        self._client_factory = client_factory
+        self._channel = channel
+        self._listeners: dict[str, set[Listener]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._error: str | None = "not started"
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check(self) -> None:
+        if self._error is not None and not self._closed:
+            raise StoreUnavailable(f"store notifications are down: {self._error}")
+
+    async def start(self) -> None:
+        """Subscribe (raises StoreUnavailable if Redis is down) and start reading."""
+        pubsub = await self._subscribe()
+        self._error = None
+        self._task = asyncio.create_task(self._run(pubsub), name="jobgate-redis-notify")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._wake_all()
+
+    @contextlib.contextmanager
+    def listen(self, topics: Iterable[str]) -> Iterator[Listener]:
+        listener = Listener(self, topics)
+        for topic in listener.topics:
+            self._index(listener, topic)
+        try:
+            yield listener
+        finally:
+            for topic in listener.topics:
+                waiting = self._listeners.get(topic)
+                if waiting is not None:
+                    waiting.discard(listener)
+                    if not waiting:
+                        del self._listeners[topic]
+
+    def _index(self, listener: Listener, topic: str) -> None:
+        self._listeners.setdefault(topic, set()).add(listener)
+
+    def _wake_all(self) -> None:
+        for waiting in self._listeners.values():
+            for listener in waiting:
+                listener.event.set()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        data = message.get("data")
+        if not isinstance(data, bytes):
+            return
+        for listener in self._listeners.get(data.decode(errors="replace"), ()):
+            listener.event.set()
+
+    async def _subscribe(self) -> Any:
+        pubsub = self._client_factory().pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self._channel)
+        except (RedisError, OSError) as error:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
+        return pubsub
+
+    async def _run(self, pubsub: Any) -> None:
+        while not self._closed:
+            try:
+                message = await pubsub.get_message(timeout=_POLL_SECONDS)
+            except (RedisConnectionError, OSError, RedisError) as error:
+                self._error = str(error) or type(error).__name__
+                log.warning("redis notifications lost (%s); reconnecting", self._error)
+                self._wake_all()
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+                pubsub = await self._reconnect()
+                continue
+            if message is not None:
+                self._dispatch(message)
+        with contextlib.suppress(RedisError, OSError):
+            await pubsub.aclose()
+
+    async def _reconnect(self) -> Any:
+        while True:
+            await asyncio.sleep(_RECONNECT_SECONDS)
+            try:
+                pubsub = await self._subscribe()
+            except StoreUnavailable:
+                continue
+            self._error = None
+            log.info("redis notifications restored")
+            self._wake_all()  # messages may have been missed while down
+            return pubsub

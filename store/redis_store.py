@@ -1,0 +1,460 @@
+"""RedisStore: the production Store, one Lua script per transition.
+
+Layout, scripts, wake-ups and durability are described in docs/redis-layout.md.
+Every hot-path call (submit, get, claim, heartbeat, set_result, cancel) is one
+EVALSHA round trip; a Redis failure of any kind is raised as StoreUnavailable,
+never read as an empty answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
+from ulid import ULID
+
+from store.codes import error_for
+from store.errors import QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
+from store.keys import Keys
+from store.model import (
+    PRIORITIES_IN_CLAIM_ORDER,
+    CancelResult,
+    ClaimedJob,
+    GroupSpec,
+    HeartbeatResult,
+    Job,
+    JobEvent,
+    JobSpec,
+    JobStatus,
+    Priority,
+    StoreSettings,
+    SubmitRequest,
+    SubmitResult,
+)
+from store.redis_codec import (
+    claimed_from_reply,
+    event_from_emitted,
+    event_from_fields,
+    job_from_snapshot,
+    ms_to_datetime,
+    record,
+    to_ms,
+)
+from store.redis_notify import Notifier
+from store.redis_scripts import ArgValue, Scripts
+
+log = logging.getLogger(__name__)
+
+# A stopped Redis must surface as StoreUnavailable within a second.
+SOCKET_TIMEOUT = 1.0
+CONNECT_TIMEOUT = 0.5
+# Claim and watch waits re-check the store this often even without a wake-up.
+SAFETY_RECHECK = 5.0
+# Due items handled per recovery script call.
+RECOVER_BATCH = 100
+MAX_CLAIM = 64
+
+# Redis error replies that mean "not available right now", not a bug.
+_UNAVAILABLE_PREFIXES = ("LOADING", "BUSY", "MISCONF", "READONLY", "MASTERDOWN", "TRYAGAIN")
+
+
+@contextlib.contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    """Turn every redis error into a StoreError; no redis type leaves store/."""
+    try:
+        yield
+    except OutOfMemoryError as error:
+        raise QueueFull(f"store out of memory during {operation}") from error
+    except ResponseError as error:
+        text = str(error)
+        if text.startswith("OOM"):
+            raise QueueFull(f"store out of memory during {operation}") from error
+        if text.startswith(_UNAVAILABLE_PREFIXES):
+            raise StoreUnavailable(f"{operation}: {text}") from error
+        raise StoreError(f"{operation}: {text}") from error
+    except (RedisError, OSError, TimeoutError) as error:
+        raise StoreUnavailable(f"{operation}: {error or type(error).__name__}") from error
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_code(reply: Any, job_id: str = "", max_group_children: int = 0) -> None:
+    if isinstance(reply, list) and reply and isinstance(reply[0], int) and reply[0] < 0:
+        raise error_for(reply[0], job_id, max_group_children)
+
+
+class RedisStore:
+    """The Store protocol on Redis (see store/protocol.py for the semantics)."""
+
+    def __init__(self, url: str, settings: StoreSettings, partition: str = "default") -> None:
+        self.settings = settings
+        self.url = url
+        self.keys = Keys(partition)
+        self._scripts = Scripts()
+        self._client = self._new_client(SOCKET_TIMEOUT)
+        # XREAD BLOCK waits longer than SOCKET_TIMEOUT: its own connection,
+        # bounded by asyncio.wait_for instead.
+        self._blocking = self._new_client(None)
+        self._notifier = Notifier(lambda: self._client, self.keys.notify)
+        self._closed = False
+
+    def _new_client(self, socket_timeout: float | None) -> Redis:
+        # One retry on a broken connection: a pooled connection may be stale
+        # after a Redis restart. Timeouts are never retried (the script may
+        # have run).
+        return Redis.from_url(
+            self.url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=CONNECT_TIMEOUT,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
+
+    # Lifecycle -----------------------------------------------------------------
+    async def open(self) -> None:
+        with _translated("open"):
+            await self._client.ping()
+            await self._check_config()
+            await self._scripts.load_all(self._client)
+        await self._notifier.start()
+
+    async def _check_config(self) -> None:
+        try:
+            reply: dict[Any, Any] = await self._client.config_get("*")
+        except ResponseError as error:
+            log.warning("cannot read the Redis config (%s); not checking eviction policy", error)
+            return
+        config = {_text(k): _text(v) for k, v in reply.items()}
+        policy = config.get("maxmemory-policy", "")
+        if policy != "noeviction":
+            raise StoreMisconfigured(
+                f"Redis maxmemory-policy is {policy!r}: it may evict jobs; set it to noeviction"
+            )
+        if config.get("appendonly") == "no" and not config.get("save"):
+            log.warning(
+                "Redis persistence is off (appendonly no, no save rules): "
+                "a Redis restart loses every job"
+            )
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._notifier.close()
+        with contextlib.suppress(RedisError, OSError):
+            await self._client.aclose()
+            await self._blocking.aclose()
+
+    async def ping(self) -> None:
+        with _translated("ping"):
+            await self._client.ping()
+
+    # Plumbing ------------------------------------------------------------------
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+        with _translated(name):
+            return await self._scripts.run(self._client, name, keys, args)
+
+    def _common_args(self) -> list[ArgValue]:
+        """ARGV[1..3] of every transition script (includes/common.lua)."""
+        return [
+            self.keys.prefix,
+            self.settings.events_max_length,
+            to_ms(self.settings.result_ttl),
+        ]
+
+    async def _transition(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+        return await self._run(
+            name, [*self.keys.transition_keys(), *keys], [*self._common_args(), *args]
+        )
+
+    # Submit --------------------------------------------------------------------
+    async def submit(self, request: SubmitRequest) -> SubmitResult:
+        spec, payloads = self._spec(request)
+        keys = []
+        if request.idempotency_key:
+            keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+        args: list[ArgValue] = [
+            request.tenant,
+            request.fingerprint(),
+            self.settings.max_live_per_tenant,
+            self.settings.max_live_total,
+            self.settings.max_group_children,
+            json.dumps(spec),
+            *payloads,
+        ]
+        reply = await self._transition("submit", keys, args)
+        _check_code(reply, max_group_children=self.settings.max_group_children)
+        return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
+
+    def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "id": str(ULID()),
+            "model": spec.model,
+            "content_type": spec.content_type,
+            "labels": json.dumps(dict(spec.labels), sort_keys=True),
+            "max_attempts": spec.max_attempts or s.max_attempts,
+            "queue_timeout": to_ms(spec.queue_timeout or s.queue_timeout),
+            "run_timeout": to_ms(spec.run_timeout or s.run_timeout),
+            "idempotency_key": idempotency_key,
+        }
+
+    def _spec(self, request: SubmitRequest) -> tuple[dict[str, Any], list[bytes]]:
+        key = request.idempotency_key
+        work = request.work
+        if isinstance(work, GroupSpec):
+            children = [
+                self._job_spec(child, f"{key}#{index}" if key else "")
+                for index, child in enumerate(work.children)
+            ]
+            parent: dict[str, Any] = {
+                "id": str(ULID()),
+                "model": work.children[0].model if work.children else "",
+                "content_type": "",
+                "labels": "{}",
+                "max_attempts": 0,
+                "queue_timeout": 0,
+                "run_timeout": 0,
+                "idempotency_key": key,
+            }
+            spec = {
+                **parent,
+                "kind": "group",
+                "priority": int(request.priority),
+                "max_parallel": work.max_parallel,
+                "jobs": children,
+            }
+            return spec, [child.payload for child in work.children]
+        single = self._job_spec(work, key)
+        spec = {
+            "kind": "single",
+            "id": single["id"],
+            "priority": int(request.priority),
+            "max_parallel": 0,
+            "jobs": [single],
+        }
+        return spec, [work.payload]
+
+    # Reads ---------------------------------------------------------------------
+    async def get(self, tenant: str, job_id: str) -> Job:
+        reply = await self._run("get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant])
+        _check_code(reply, job_id)
+        return job_from_snapshot(reply[1])
+
+    async def payload(self, tenant: str, job_id: str) -> bytes:
+        reply = await self._run(
+            "payload", [self.keys.job(job_id), self.keys.payload(job_id)], [tenant]
+        )
+        _check_code(reply, job_id)
+        return bytes(reply[1])
+
+    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+        reply = await self._run(
+            "children",
+            [self.keys.job(job_id), self.keys.children(job_id)],
+            [self.keys.prefix, tenant],
+        )
+        _check_code(reply, job_id)
+        jobs = [job_from_snapshot(snap) for snap in reply[1]]
+        return sorted(jobs, key=lambda job: job.child_index)
+
+    async def queue_position(self, tenant: str, job_id: str) -> int | None:
+        return (await self.get(tenant, job_id)).queue_position
+
+    # Claim ---------------------------------------------------------------------
+    async def claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        max_jobs: int = 1,
+        wait: timedelta = timedelta(0),
+    ) -> list[ClaimedJob]:
+        models = list(dict.fromkeys(models))
+        if not models:
+            return []
+        max_jobs = min(max(max_jobs, 1), MAX_CLAIM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait.total_seconds()
+        with self._notifier.listen(f"r {model}" for model in models) as listener:
+            while True:
+                listener.clear()  # before the read: a wake-up after it is kept
+                claimed = await self._claim_once(worker_id, models, max_jobs)
+                remaining = deadline - loop.time()
+                if claimed or remaining <= 0 or self._closed:
+                    return claimed
+                await listener.wait(min(remaining, SAFETY_RECHECK))
+                if self._closed:
+                    return []
+
+    async def _claim_once(
+        self, worker_id: str, models: list[str], max_jobs: int
+    ) -> list[ClaimedJob]:
+        args: list[ArgValue] = [
+            worker_id,
+            to_ms(self.settings.lease_timeout),
+            max_jobs,
+            len(models),
+            *(uuid.uuid4().hex for _ in range(max_jobs)),
+        ]
+        reply = await self._transition("claim", self.keys.claim_queues(models), args)
+        return [claimed_from_reply(entry) for entry in reply]
+
+    async def heartbeat(
+        self, job_id: str, lease_id: str, progress: float, stage: str
+    ) -> HeartbeatResult:
+        progress = min(max(progress, 0.0), 1.0)
+        reply = await self._transition(
+            "heartbeat",
+            [self.keys.job(job_id)],
+            [job_id, lease_id, repr(progress), stage, to_ms(self.settings.lease_timeout)],
+        )
+        _check_code(reply, job_id)
+        return HeartbeatResult(
+            lease_expire_time=ms_to_datetime(reply[1]), cancel_requested=bool(reply[2])
+        )
+
+    async def set_result(
+        self,
+        job_id: str,
+        lease_id: str,
+        status: JobStatus,
+        result: bytes = b"",
+        result_content_type: str = "",
+        error_code: str = "",
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> Job:
+        if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+            raise ValueError(f"set_result takes COMPLETED or FAILED, not {status}")
+        s = self.settings
+        reply = await self._transition(
+            "set_result",
+            [self.keys.job(job_id), self.keys.result(job_id)],
+            [
+                job_id,
+                lease_id,
+                status.value,
+                result,
+                result_content_type,
+                error_code,
+                error_message,
+                1 if retryable else 0,
+                to_ms(s.retry_backoff_base),
+                to_ms(s.retry_backoff_max),
+            ],
+        )
+        _check_code(reply, job_id)
+        return job_from_snapshot(reply[1])
+
+    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+        reply = await self._transition("cancel", [self.keys.job(job_id)], [job_id, tenant, reason])
+        _check_code(reply, job_id)
+        return CancelResult(job=job_from_snapshot(reply[1]), cancelled=reply[0] == 1)
+
+    # Recovery ------------------------------------------------------------------
+    async def recover(self) -> list[JobEvent]:
+        s = self.settings
+        backoff = [to_ms(s.retry_backoff_base), to_ms(s.retry_backoff_max)]
+        events: list[JobEvent] = []
+        for name, extra in (
+            ("recover_leases", []),
+            ("recover_run_timeouts", backoff),
+            ("recover_retries", []),
+            ("recover_queue_timeouts", []),
+        ):
+            while True:
+                handled, emitted = await self._transition(name, [], [RECOVER_BATCH, *extra])
+                events.extend(event_from_emitted(entry) for entry in emitted)
+                if handled < RECOVER_BATCH:
+                    break
+        return events
+
+    async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
+        reply = await self._run("acquire_leadership", [self.keys.leader], [holder, to_ms(ttl)])
+        return bool(reply)
+
+    # Watch and events ------------------------------------------------------------
+    async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
+        with self._notifier.listen([f"j {job_id}"]) as listener:
+            job = await self.get(tenant, job_id)
+            yield job
+            seen = _watch_key(job)
+            while not job.terminal and not self._closed:
+                if job.status is JobStatus.QUEUED and job.kind.value != "group":
+                    # positions move when the queue shrinks or a job is queued ahead
+                    listener.add(f"q {job.model}")
+                    listener.add(f"r {job.model}")
+                await listener.wait(SAFETY_RECHECK)
+                if self._closed:
+                    return
+                listener.clear()
+                job = await self.get(tenant, job_id)
+                if _watch_key(job) != seen:
+                    seen = _watch_key(job)
+                    yield job
+
+    async def events(
+        self,
+        after: str = "0",
+        count: int = 100,
+        block: timedelta | None = None,
+    ) -> list[JobEvent]:
+        streams: dict[Any, Any] = {self.keys.events: after}
+        with _translated("events"):
+            if block is None:
+                reply: Any = await self._client.xread(streams, count=count)
+            else:
+                block_ms = max(to_ms(block), 1)
+                reply = await asyncio.wait_for(
+                    self._blocking.xread(streams, count=count, block=block_ms),
+                    block.total_seconds() + SOCKET_TIMEOUT,
+                )
+        if not reply:
+            return []
+        _, entries = reply[0]
+        return [
+            event_from_fields(entry_id.decode(), {k.decode(): v for k, v in fields.items()})
+            for entry_id, fields in entries
+        ]
+
+    # Gauges ----------------------------------------------------------------------
+    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+        with _translated("queue_depths"):
+            members: Any = await self._client.smembers(self.keys.models)
+            models = sorted(m.decode() for m in members)
+            pairs = [(m, p) for m in models for p in PRIORITIES_IN_CLAIM_ORDER]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for model, priority in pairs:
+                    pipe.zcard(self.keys.queue(model, priority))
+                sizes = await pipe.execute()
+        return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
+
+    async def in_flight(self) -> dict[str, int]:
+        with _translated("in_flight"):
+            models: Any = await self._client.smembers(self.keys.models)
+            counts: Any = await self._client.hgetall(self.keys.in_flight)
+        flat = record([item for pair in counts.items() for item in pair])
+        result = {m.decode(): 0 for m in models}
+        result.update({model: int(count) for model, count in flat.items()})
+        return result
+
+
+def _watch_key(job: Job) -> tuple[object, ...]:
+    """What makes a new watch snapshot worth sending."""
+    return (
+        job.status,
+        job.progress,
+        job.stage,
+        job.queue_position,
+        tuple((child.id, child.status) for child in job.children),
+    )
