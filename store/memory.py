@@ -521,14 +521,23 @@ class LocalStore:
             raise QueueFull("too many live jobs")
 
     def _new_record(
-        self, request: SubmitRequest, spec: JobSpec, kind: JobKind, status: JobStatus, now: float
+        self,
+        request: SubmitRequest,
+        spec: JobSpec,
+        now: float,
+        parent: _Record | None = None,
+        index: int = 0,
     ) -> _Record:
+        """A single job (QUEUED) or a group's child (HELD), counted as live."""
         defaults = self.settings
+        key = request.idempotency_key
+        if parent is not None and key:
+            key = f"{key}#{index}"
         record = _Record(
             id=str(ULID()),
             tenant=request.tenant,
-            kind=kind,
-            status=status,
+            kind=JobKind.SINGLE if parent is None else JobKind.CHILD,
+            status=JobStatus.QUEUED if parent is None else JobStatus.HELD,
             priority=request.priority,
             model=spec.model,
             create_time=now,
@@ -539,6 +548,9 @@ class LocalStore:
             max_attempts=max(1, spec.max_attempts or defaults.max_attempts),
             queue_timeout=_seconds(spec.queue_timeout, defaults.queue_timeout),
             run_timeout=_seconds(spec.run_timeout, defaults.run_timeout),
+            idempotency_key=key,
+            parent_id=parent.id if parent else "",
+            child_index=index,
         )
         self._jobs[record.id] = record
         self._live_by_tenant[record.tenant] = self._live_by_tenant.get(record.tenant, 0) + 1
@@ -549,9 +561,8 @@ class LocalStore:
     def _create_single(
         self, request: SubmitRequest, spec: JobSpec, fingerprint: str, now: float
     ) -> _Record:
-        record = self._new_record(request, spec, JobKind.SINGLE, JobStatus.QUEUED, now)
+        record = self._new_record(request, spec, now)
         record.fingerprint = fingerprint
-        record.idempotency_key = request.idempotency_key
         self._enqueue(record, now)
         return record
 
@@ -575,10 +586,7 @@ class LocalStore:
         self._jobs[parent.id] = parent
         self._emit(parent, None, now)
         for index, spec in enumerate(group.children):
-            child = self._new_record(request, spec, JobKind.CHILD, JobStatus.HELD, now)
-            child.parent_id = parent.id
-            child.child_index = index
-            child.idempotency_key = f"{key}#{index}" if key else ""
+            child = self._new_record(request, spec, now, parent, index)
             parent.children.append(child.id)
         self._release_held(parent, now)
         return parent
