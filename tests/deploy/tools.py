@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,3 +46,10 @@ def run_tool(*args: str, cwd: Path | None = None, timeout: float = 30) -> str:
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{output}"
     return output
+
+
+def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
+    """Every YAML document in a file (PyYAML comes with kubernetes-validate)."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML (dev extra) is not installed")
+    with path.open() as stream:
+        return [doc for doc in yaml.safe_load_all(stream) if doc is not None]
