@@ -25,7 +25,7 @@ from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 from ulid import ULID
 
 from store.codes import error_for
-from store.errors import QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
+from store.errors import InvalidRequest, QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
 from store.keys import Keys
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
@@ -335,7 +335,7 @@ class RedisStore:
         retryable: bool = False,
     ) -> Job:
         if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
-            raise ValueError(f"set_result takes COMPLETED or FAILED, not {status}")
+            raise InvalidRequest("status", "must be COMPLETED or FAILED")
         s = self.settings
         reply = await self._transition(
             "set_result",
@@ -367,8 +367,8 @@ class RedisStore:
         backoff = [to_ms(s.retry_backoff_base), to_ms(s.retry_backoff_max)]
         events: list[JobEvent] = []
         for name, extra in (
-            ("recover_leases", []),
             ("recover_run_timeouts", backoff),
+            ("recover_leases", []),
             ("recover_retries", []),
             ("recover_queue_timeouts", []),
         ):

@@ -50,14 +50,15 @@ local function claim_one(id, lease_id)
   local deadline = NOW + lease_ms
   redis.call('HINCRBY', key, 'attempts', 1)
   redis.call('HSET', key, 'status', 'processing', 'worker_id', worker_id,
-    'lease_id', lease_id, 'lease_deadline', deadline, 'start_time', NOW, 'update_time', NOW)
+    'lease_id', lease_id, 'lease_deadline', deadline, 'start_time', NOW, 'update_time', NOW,
+    'cancel_requested', 0, 'outcome', '')
   redis.call('ZADD', K_LEASES, deadline, id)
   local run_timeout = tonumber(f[3]) or 0
   if run_timeout > 0 then
     redis.call('ZADD', K_RUN, NOW + run_timeout, id)
   end
   redis.call('HINCRBY', K_INFLIGHT, f[2], 1)
-  emit(id, 'queued', 'processing', '')
+  emit(id, 'queued', 'processing')
   notify('j', id)
   notify('q', f[2])
   local parent_id = f[4]
@@ -65,7 +66,7 @@ local function claim_one(id, lease_id)
     local pkey = jk(parent_id)
     if redis.call('HGET', pkey, 'status') == 'queued' then
       redis.call('HSET', pkey, 'status', 'processing', 'start_time', NOW, 'update_time', NOW)
-      emit(parent_id, 'queued', 'processing', '')
+      emit(parent_id, 'queued', 'processing')
       notify('j', parent_id)
     end
   end

@@ -13,8 +13,8 @@
 
   Output:
     {1, lease_deadline_ms, cancel_requested (0|1)}
-    {-1}  JOB_NOT_FOUND: no record
-    {-2}  LEASE_LOST: not the job's live lease (changes nothing)
+    {-2}  LEASE_LOST: not the job's live lease, or the record is gone
+          (changes nothing)
     A job cancelled while this lease held it answers {1, old deadline, 1}.
 
   Transitions: none (the lease deadline in `leases` moves). Under OOM it still
@@ -27,14 +27,15 @@
 
 local key = KEYS[11]
 local id = ARGV[4]
-local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage')
+local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage',
+  'cancel_requested')
 if not f[1] then
-  return {-1}
+  return {-2}
 end
 if f[2] ~= ARGV[5] then
   return {-2}
 end
-if f[1] == 'cancelled' then
+if f[1] == 'cancelled' and f[6] == '1' then
   return {1, tonumber(f[3]), 1}
 end
 if f[1] ~= 'processing' then

@@ -14,9 +14,9 @@
     {handled, {{stream id, field, value, ...}, ...}}  handled < limit means
     nothing more is due. An orphan id (record gone) is dropped.
 
-  Transitions: PROCESSING -> QUEUED (same sequence, error_code on the event
-  LEASE_EXPIRED); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED), with the group
-  steps of a child's end.
+  Transitions: PROCESSING -> QUEUED (same sequence, claimable at once,
+  error_code LEASE_EXPIRED); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED) past
+  max_attempts, with the group steps of a child's end.
 ]]
 --- @include "keys"
 --- @include "snapshot"
@@ -25,17 +25,11 @@
 local ids = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_LEASES, id)
-  local f = redis.call('HMGET', jk(id), 'status', 'attempts', 'max_attempts', 'model')
+  local f = redis.call('HMGET', jk(id), 'status', 'attempts')
   if not f[1] then
     redis.call('ZREM', K_RUN, id)
   elseif f[1] == 'processing' then
-    if tonumber(f[2]) >= tonumber(f[3]) then
-      finish(id, 'failed', 'ATTEMPTS_EXHAUSTED',
-        'lease expired on attempt ' .. f[2] .. ' of ' .. f[3])
-    else
-      leave_processing(id, f[4])
-      to_queued(id, 'processing', 0, 'LEASE_EXPIRED')
-    end
+    retry_or_exhaust(id, 'LEASE_EXPIRED', 'lease of attempt ' .. f[2] .. ' expired', 0)
   end
 end
 return recover_reply(#ids)

@@ -22,10 +22,8 @@
 local ids = redis.call('ZRANGEBYSCORE', K_QTIMEOUTS, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_QTIMEOUTS, id)
-  local f = redis.call('HMGET', jk(id), 'status', 'queue_timeout')
-  if f[1] == 'queued' then
-    finish(id, 'failed', 'QUEUE_TIMEOUT',
-      'queued longer than ' .. (tonumber(f[2]) / 1000) .. 's')
+  if redis.call('HGET', jk(id), 'status') == 'queued' then
+    finish(id, 'failed', 'QUEUE_TIMEOUT', 'queued longer than its queue_timeout')
   end
 end
 return recover_reply(#ids)

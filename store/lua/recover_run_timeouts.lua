@@ -15,7 +15,7 @@
     {handled, events}  (as recover_leases)
 
   Transitions: PROCESSING -> QUEUED (delayed: in `retries` until the backoff
-  ends); PROCESSING -> FAILED (RUN_TIMEOUT) on the last attempt. The lease
+  ends); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED) past max_attempts. The lease
   dies: the worker's next heartbeat gets LEASE_LOST.
 ]]
 --- @include "keys"
@@ -25,21 +25,12 @@
 local ids = redis.call('ZRANGEBYSCORE', K_RUN, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_RUN, id)
-  local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'attempts', 'max_attempts', 'model', 'run_timeout')
+  local f = redis.call('HMGET', jk(id), 'status', 'attempts')
   if not f[1] then
     redis.call('ZREM', K_LEASES, id)
   elseif f[1] == 'processing' then
-    local message = 'attempt ' .. f[2] .. ' ran longer than ' .. (tonumber(f[5]) / 1000) .. 's'
-    local attempts = tonumber(f[2])
-    if attempts >= tonumber(f[3]) then
-      finish(id, 'failed', 'RUN_TIMEOUT', message)
-    else
-      redis.call('HSET', key, 'error_code', 'RUN_TIMEOUT', 'error_message', message)
-      leave_processing(id, f[4])
-      to_queued(id, 'processing',
-        backoff_ms(attempts, tonumber(ARGV[5]), tonumber(ARGV[6])), 'RUN_TIMEOUT')
-    end
+    retry_or_exhaust(id, 'RUN_TIMEOUT', 'attempt ' .. f[2] .. ' ran past its run_timeout',
+      backoff_ms(tonumber(f[2]), tonumber(ARGV[5]), tonumber(ARGV[6])))
   end
 end
 return recover_reply(#ids)

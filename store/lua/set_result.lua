@@ -20,14 +20,16 @@
   Keys built from the prefix: a child's parent and siblings (group steps).
 
   Output:
-    {1, snapshot}   applied, or the same lease + outcome seen before (the
-                    stored job, unchanged)
-    {-1}  JOB_NOT_FOUND: no record
-    {-2}  LEASE_LOST: not the live lease, or another outcome for a used lease
+    {1, snapshot}   applied, or the same lease + outcome (status, retryable,
+                    error_code, result digest) seen before: the stored job,
+                    unchanged
+    {-2}  LEASE_LOST: not the job's latest lease, another outcome for an
+          ended lease, or the record is gone (a worker-facing call)
     {-3}  JOB_CANCELLED: cancelled while this lease held it
 
   Transitions: PROCESSING -> COMPLETED | FAILED; PROCESSING -> QUEUED (retry,
-  claimable after base * 2^(attempts-1), capped); a child's end may release
+  claimable after base * 2^(attempts-1), capped), or FAILED with
+  ATTEMPTS_EXHAUSTED past max_attempts; a child's end may release
   the next HELD child (HELD -> QUEUED) and end its parent (-> COMPLETED |
   FAILED | PARTIAL). TTL: result_ttl on the terminal job's record, payload,
   result and idempotency key. Under OOM it still runs: oom_guard writes first.
@@ -41,44 +43,35 @@ local id = ARGV[4]
 local lease_id = ARGV[5]
 local status = ARGV[6]
 local retryable = ARGV[11] == '1'
-local outcome = status
-if retryable and status == 'failed' then
-  outcome = 'failed:retry'
-end
+-- what was asked, to recognise a repeat after a lost answer
+local outcome = table.concat({status, ARGV[11], ARGV[9], redis.sha1hex(ARGV[7])}, '|')
 
-local f = redis.call('HMGET', key, 'status', 'lease_id', 'outcome_lease', 'outcome',
-  'attempts', 'max_attempts', 'model')
-if not f[1] then
-  return {-1}
+local f = redis.call('HMGET', key, 'status', 'lease_id', 'outcome', 'attempts',
+  'cancel_requested')
+if not f[1] or f[2] ~= lease_id then
+  return {-2}
 end
-if not (f[1] == 'processing' and f[2] == lease_id) then
-  if f[3] == lease_id then
-    if f[4] == outcome then
-      return {1, snapshot(PREFIX, id)}
-    end
-    return {-2}
-  end
-  if f[1] == 'cancelled' and f[2] == lease_id then
-    return {-3}
+if f[1] == 'cancelled' and f[5] == '1' then
+  return {-3}
+end
+if f[1] ~= 'processing' then
+  if f[3] == outcome then
+    return {1, snapshot(PREFIX, id)}
   end
   return {-2}
 end
 
 oom_guard(key)
-redis.call('HSET', key, 'outcome_lease', lease_id, 'outcome', outcome,
-  'result_content_type', ARGV[8])
-if ARGV[7] ~= '' then
-  redis.call('SET', KEYS[12], ARGV[7])
-end
-local attempts = tonumber(f[5])
+redis.call('HSET', key, 'outcome', outcome)
 if status == 'completed' then
-  redis.call('HSET', key, 'progress', '1')
+  if ARGV[7] ~= '' then
+    redis.call('SET', KEYS[12], ARGV[7])
+  end
+  redis.call('HSET', key, 'result_content_type', ARGV[8], 'progress', '1')
   finish(id, 'completed', '', '')
-elseif retryable and attempts < tonumber(f[6]) then
-  redis.call('HSET', key, 'error_code', ARGV[9], 'error_message', ARGV[10])
-  leave_processing(id, f[7])
-  to_queued(id, 'processing',
-    backoff_ms(attempts, tonumber(ARGV[12]), tonumber(ARGV[13])), ARGV[9])
+elseif retryable then
+  retry_or_exhaust(id, ARGV[9], ARGV[10],
+    backoff_ms(tonumber(f[4]), tonumber(ARGV[12]), tonumber(ARGV[13])))
 else
   finish(id, 'failed', ARGV[9], ARGV[10])
 end

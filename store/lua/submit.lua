@@ -25,7 +25,7 @@
     {-5}  QUOTA_EXCEEDED: the tenant's live jobs would pass the cap
     {-6}  QUEUE_FULL: live jobs in total would pass the cap
     {-7}  INVALID_CHILDREN: a group with no children or more than the cap
-    OOM error (redis): the first write (INCRBY) is refused before any change
+    OOM error (redis): the first write (INCR) is refused before any change
 
   Transitions: none -> QUEUED (single, group parent); none -> HELD -> QUEUED
   (children, up to max_parallel). Events: one per transition. Publishes
@@ -67,8 +67,8 @@ if live_total + n > tonumber(ARGV[7]) then
   return {-6}
 end
 
--- First write: INCRBY is DENYOOM, so under OOM nothing below happens.
-local last_seq = redis.call('INCRBY', K_SEQ, n)
+-- First write: INCR is DENYOOM, so under OOM nothing below happens.
+local seq = redis.call('INCR', K_SEQ)
 redis.call('HINCRBY', K_LIVE, tenant, n)
 redis.call('INCRBY', K_LIVE_TOTAL, n)
 
@@ -95,26 +95,27 @@ end
 
 local root = spec['id']
 if spec['kind'] == 'group' then
-  local pkey = create(spec, 0, 'group', 'queued', '', 0, nil)
+  local pkey = create(spec, seq, 'group', 'queued', '', 0, nil)
   redis.call('HSET', pkey, 'max_parallel', spec['max_parallel'], 'total', n, 'done', 0,
     'completed', 0, 'active', 0)
-  emit(root, nil, 'queued', '')
+  emit(root, nil, 'queued')
   for i, child in ipairs(jobs) do
-    create(child, last_seq - n + i, 'child', 'held', root, i - 1, ARGV[9 + i])
+    -- a child takes its sequence number when it is released (to_queued)
+    create(child, 0, 'child', 'held', root, i - 1, ARGV[9 + i])
     redis.call('RPUSH', children_key(PREFIX, root), child['id'])
     redis.call('ZADD', held_key(PREFIX, root), i - 1, child['id'])
-    emit(child['id'], nil, 'held', '')
+    emit(child['id'], nil, 'held')
   end
   release_held(root)
 else
   local job = jobs[1]
-  create(job, last_seq, 'single', 'queued', '', 0, ARGV[10])
+  create(job, seq, 'single', 'queued', '', 0, ARGV[10])
   local queue_timeout = tonumber(job['queue_timeout']) or 0
   if queue_timeout > 0 then
     redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, root)
   end
-  redis.call('ZADD', queue_key(PREFIX, job['model'], priority), last_seq, root)
-  emit(root, nil, 'queued', '')
+  redis.call('ZADD', queue_key(PREFIX, job['model'], priority), seq, root)
+  emit(root, nil, 'queued')
   notify('r', job['model'])
 end
 notify('j', root)

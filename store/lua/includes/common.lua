@@ -70,14 +70,15 @@ local function notify(kind, what)
 end
 
 -- The events this script appended, each {stream id, field, value, ...}.
+-- Call after the record is updated: the event carries its new fields.
 local EMITTED = {}
-local function emit(id, from, to, error_code)
+local function emit(id, from, to)
   local f = redis.call('HMGET', jk(id), 'parent_id', 'tenant', 'model', 'priority',
-    'attempts', 'worker_id')
+    'attempts', 'worker_id', 'error_code')
   local fields = {
     'job_id', id, 'parent_job_id', f[1] or '', 'tenant', f[2] or '', 'model', f[3] or '',
     'priority', f[4] or '', 'from', from or '', 'to', to, 'attempts', f[5] or '0',
-    'worker_id', f[6] or '', 'error_code', error_code or '', 'time', tostring(NOW)}
+    'worker_id', f[6] or '', 'error_code', f[7] or '', 'time', tostring(NOW)}
   local sid = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(fields))
   local entry = {sid}
   for i = 1, #fields do
@@ -99,11 +100,16 @@ local function leave_processing(id, model)
 end
 
 -- HELD or PROCESSING -> QUEUED, claimable now (delay 0) or after delay_ms.
--- A requeued job keeps its sequence number: it goes back to its place.
-local function to_queued(id, from, delay_ms, error_code)
+-- A job takes the next sequence number when it is first queued; a requeued
+-- job keeps its own, so it goes back to its place.
+local function to_queued(id, from, delay_ms)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout')
-  redis.call('HSET', key, 'status', 'queued', 'update_time', NOW)
+  local seq = f[3]
+  if not seq or seq == '' or seq == '0' then
+    seq = redis.call('INCR', K_SEQ)
+  end
+  redis.call('HSET', key, 'status', 'queued', 'update_time', NOW, 'seq', seq)
   local queue_timeout = tonumber(f[4]) or 0
   if queue_timeout > 0 then
     redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, id)
@@ -111,10 +117,10 @@ local function to_queued(id, from, delay_ms, error_code)
   if delay_ms > 0 then
     redis.call('ZADD', K_RETRIES, NOW + delay_ms, id)
   else
-    redis.call('ZADD', queue_key(PREFIX, f[1], f[2]), f[3], id)
+    redis.call('ZADD', queue_key(PREFIX, f[1], f[2]), seq, id)
     notify('r', f[1])
   end
-  emit(id, from, 'queued', error_code)
+  emit(id, from, 'queued')
   notify('j', id)
 end
 
@@ -138,7 +144,7 @@ local function release_held(parent_id)
     if redis.call('HGET', jk(cid), 'status') == 'held' then
       active = active + 1
       released = true
-      to_queued(cid, 'held', 0, '')
+      to_queued(cid, 'held', 0)
     end
   end
   if released then
@@ -157,6 +163,21 @@ local function expire_job(id, ttl_ms)
   end
 end
 
+-- Once a group's parent and every child are terminal they expire together.
+local function expire_group(parent_id)
+  expire_job(parent_id, RESULT_TTL_MS)
+  redis.call('PEXPIRE', children_key(PREFIX, parent_id), RESULT_TTL_MS)
+  redis.call('DEL', held_key(PREFIX, parent_id))
+  for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, parent_id), 0, -1)) do
+    expire_job(cid, RESULT_TTL_MS)
+  end
+end
+
+local function group_done(parent_id)
+  local p = redis.call('HMGET', jk(parent_id), 'total', 'done')
+  return tonumber(p[2]) >= tonumber(p[1])
+end
+
 local finish
 
 -- Group bookkeeping when a child reaches a terminal status.
@@ -172,19 +193,28 @@ local function child_ended(parent_id, status, was_active)
   if was_active then
     redis.call('HINCRBY', pkey, 'active', -1)
   end
-  release_held(parent_id)
   local p = redis.call('HMGET', pkey, 'total', 'done', 'completed', 'status')
   local total, done, completed = tonumber(p[1]), tonumber(p[2]), tonumber(p[3])
-  redis.call('HSET', pkey, 'progress', tostring(done / total), 'update_time', NOW)
   notify('j', parent_id)
-  if done >= total and not TERMINAL[p[4]] then
-    local final = 'partial'
+  if TERMINAL[p[4]] then
+    if done >= total then
+      expire_group(parent_id)
+    end
+    return
+  end
+  redis.call('HSET', pkey, 'progress', tostring(done / total), 'update_time', NOW)
+  release_held(parent_id)
+  if done >= total then
+    local final, message = 'partial', ''
     if completed == total then
       final = 'completed'
     elseif completed == 0 then
       final = 'failed'
     end
-    finish(parent_id, final, '', '')
+    if final ~= 'completed' then
+      message = (total - completed) .. ' of ' .. total .. ' children did not complete'
+    end
+    finish(parent_id, final, '', message)
   end
 end
 
@@ -216,27 +246,36 @@ finish = function(id, status, error_code, error_message)
   end
   redis.call('HSET', key, 'status', status, 'end_time', NOW, 'update_time', NOW,
     'error_code', error_code, 'error_message', error_message)
-  emit(id, from, status, error_code)
+  emit(id, from, status)
   notify('j', id)
   if kind == 'group' then
-    expire_job(id, RESULT_TTL_MS)
-    redis.call('PEXPIRE', children_key(PREFIX, id), RESULT_TTL_MS)
-    redis.call('DEL', held_key(PREFIX, id))
-    -- children still running keep no TTL; they take the parent's when they end
-    for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, id), 0, -1)) do
-      if TERMINAL[redis.call('HGET', jk(cid), 'status')] then
-        expire_job(cid, RESULT_TTL_MS)
-      end
+    if group_done(id) then
+      expire_group(id)
     end
   elseif kind == 'child' then
-    local parent_ttl = redis.call('PTTL', jk(parent_id))
-    if parent_ttl > 0 then
-      expire_job(id, parent_ttl)
-    end
     child_ended(parent_id, status, from == 'queued' or from == 'processing')
   else
     expire_job(id, RESULT_TTL_MS)
   end
+end
+
+-- A PROCESSING attempt failed in a way that may be retried (retryable
+-- failure, lease expiry, run timeout): requeue it after delay_ms, or end it
+-- FAILED with ATTEMPTS_EXHAUSTED past max_attempts.
+local function retry_or_exhaust(id, error_code, error_message, delay_ms)
+  local key = jk(id)
+  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model')
+  if tonumber(f[1]) >= tonumber(f[2]) then
+    local message = error_code
+    if error_message ~= '' then
+      message = error_code .. ': ' .. error_message
+    end
+    finish(id, 'failed', 'ATTEMPTS_EXHAUSTED', message)
+    return
+  end
+  redis.call('HSET', key, 'error_code', error_code, 'error_message', error_message)
+  leave_processing(id, f[3])
+  to_queued(id, 'processing', delay_ms)
 end
 
 -- The reply of recover scripts: items handled, then the events emitted.
