@@ -1,10 +1,422 @@
-"""Placeholder: commands arrive with their issue."""
+"""Client commands: `jobgate submit | get | watch | cancel`, and the `worker` daemon.
+
+Human output by default, `--json` for scripts. Errors are one line on stderr.
+Exit codes: 0 success; 1 the job ended FAILED, CANCELLED or PARTIAL (watch,
+submit --wait); 2 bad usage or input; 3 the server refused the call or could
+not be reached; 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import asyncio
+import base64
+import json
+import logging
+import mimetypes
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+
+from jobgate._client_channel import ConnectionConfig
+from jobgate._client_render import ProgressLine, describe_job, job_line
+from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priority_value
+from jobgate.errors import JobgateError
+from jobgate.v1 import job_pb2, job_service_pb2
+
+EXIT_OK = 0
+EXIT_JOB_NOT_COMPLETED = 1
+EXIT_USAGE = 2
+EXIT_RPC = 3
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input found after parsing (unreadable file, malformed group, ...)."""
 
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
-    """Register this module's subcommands (none yet)."""
+    """Register submit, get, watch, cancel and worker."""
+    _add_submit(subcommands)
+    _add_get(subcommands)
+    _add_watch(subcommands)
+    _add_cancel(subcommands)
+    _add_worker(subcommands)
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--target",
+        help="JobService address HOST:PORT (env JOBGATE_TARGET, default 127.0.0.1:50051)",
+    )
+    group.add_argument("--token", help="bearer token (env JOBGATE_TOKEN)")
+    group.add_argument("--tenant", help="tenant for servers in open mode (env JOBGATE_TENANT)")
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="deadline in seconds for each call, retries included (default 30); "
+        "for watch and --wait, the longest time to wait (default: no limit)",
+    )
+    group.add_argument("--tls-ca", metavar="FILE", help="PEM CA of the server's certificate")
+    group.add_argument("--tls-cert", metavar="FILE", help="PEM client certificate (mutual TLS)")
+    group.add_argument("--tls-key", metavar="FILE", help="PEM client key (mutual TLS)")
+
+
+def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
+    parser = subcommands.add_parser(
+        "submit",
+        help="submit a job or a group of jobs",
+        description="Submit one job (--model with --file or --data) or a group (--group FILE).",
+    )
+    parser.add_argument("--model", help="model name: which workers may run the job")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--file", metavar="FILE", help="payload from a file ('-' for stdin)")
+    source.add_argument("--data", metavar="TEXT", help="payload given inline (UTF-8)")
+    source.add_argument(
+        "--group",
+        metavar="FILE",
+        help='a group: JSON (a list of children or {"children": [...]}) or JSONL, each '
+        'child {"model", "data" or "payload_b64", "content_type", "labels"}',
+    )
+    parser.add_argument(
+        "--max-parallel",
+        type=int,
+        default=0,
+        help="group: children run at once (0 = no cap, 1 = one after another)",
+    )
+    parser.add_argument("--priority", choices=sorted(PRIORITIES), default="batch")
+    parser.add_argument("--idempotency-key", metavar="KEY", default="")
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="K=V", help="a label (repeatable)"
+    )
+    parser.add_argument("--content-type", default="", help="payload type (default: guessed)")
+    parser.add_argument("--max-attempts", type=int, default=0, help="0 = server default")
+    parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    _connection_flags(parser)
+    parser.set_defaults(run=_run(_submit))
+
+
+def _add_get(subcommands: argparse._SubParsersAction[Any]) -> None:
+    parser = subcommands.add_parser("get", help="show a job")
+    parser.add_argument("job_id", metavar="ID")
+    parser.add_argument("--json", action="store_true", help="the Job as JSON")
+    parser.add_argument(
+        "--output", metavar="FILE", help="write the raw result bytes to FILE ('-' for stdout)"
+    )
+    _connection_flags(parser)
+    parser.set_defaults(run=_run(_get))
+
+
+def _add_watch(subcommands: argparse._SubParsersAction[Any]) -> None:
+    parser = subcommands.add_parser(
+        "watch",
+        help="follow a job live until it ends",
+        description="A live progress line (stage, queue position) until the job ends. "
+        "Exits 1 when it ends FAILED, CANCELLED or PARTIAL.",
+    )
+    parser.add_argument("job_id", metavar="ID")
+    parser.add_argument("--json", action="store_true", help="one JSON Job per snapshot")
+    _connection_flags(parser)
+    parser.set_defaults(run=_run(_watch))
+
+
+def _add_cancel(subcommands: argparse._SubParsersAction[Any]) -> None:
+    parser = subcommands.add_parser("cancel", help="cancel a job")
+    parser.add_argument("job_id", metavar="ID")
+    parser.add_argument("--reason", default="", help="why (recorded with the job)")
+    parser.add_argument("--json", action="store_true", help="the CancelResponse as JSON")
+    _connection_flags(parser)
+    parser.set_defaults(run=_run(_cancel))
+
+
+def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
+    parser = subcommands.add_parser(
+        "worker",
+        help="run the GPU-host worker daemon",
+        description="Claim jobs for the given models and run HANDLER(ctx) for each "
+        "(see docs/handlers.md). SIGTERM drains: no new claims, in-flight jobs finish.",
+    )
+    parser.add_argument(
+        "--target",
+        default=os.environ.get("JOBGATE_WORKER_TARGET"),
+        help="WorkerService address (env JOBGATE_WORKER_TARGET, default 127.0.0.1:50052)",
+    )
+    parser.add_argument(
+        "--model", action="append", required=True, metavar="NAME", help="repeatable"
+    )
+    parser.add_argument("--handler", required=True, metavar="MODULE:FUNCTION")
+    parser.add_argument("--concurrency", type=int, default=1, help="jobs run at once")
+    parser.add_argument(
+        "--token", help="bearer token with the worker role (env JOBGATE_WORKER_TOKEN)"
+    )
+    parser.add_argument("--worker-id", help="default: hostname-pid")
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=30.0,
+        help="seconds in-flight jobs get to finish after SIGTERM",
+    )
+    parser.add_argument(
+        "--claim-wait", type=float, default=30.0, help="long-poll seconds (at most 60)"
+    )
+    parser.add_argument("--tls-ca", metavar="FILE")
+    parser.add_argument("--tls-cert", metavar="FILE")
+    parser.add_argument("--tls-key", metavar="FILE")
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(run=_run_worker)
+
+
+# ---------------------------------------------------------------- running
+
+
+Command = Callable[[argparse.Namespace, JobClient], Coroutine[Any, Any, int]]
+
+
+def _run(command: Command) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(_with_client(command, args))
+        except UsageError as error:
+            return _fail(str(error), EXIT_USAGE)
+        except JobgateError as error:
+            return _fail(str(error), EXIT_RPC)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+async def _with_client(command: Command, args: argparse.Namespace) -> int:
+    try:
+        client = JobClient(
+            args.target,
+            token=args.token,
+            tenant=args.tenant,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            timeout=30.0 if args.timeout is None else args.timeout,
+        )
+    except (OSError, ValueError) as error:
+        raise UsageError(str(error)) from error
+    async with client:
+        return await command(args, client)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"jobgate: error: {message}", file=sys.stderr)
+    return code
+
+
+def _print_json(message: Any, out: TextIO = sys.stdout) -> None:
+    data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    print(json.dumps(data, sort_keys=True), file=out, flush=True)
+
+
+def _exit_for(job: job_pb2.Job) -> int:
+    return EXIT_OK if job.status == job_pb2.JOB_STATUS_COMPLETED else EXIT_JOB_NOT_COMPLETED
+
+
+# ---------------------------------------------------------------- submit
+
+
+def parse_labels(pairs: list[str]) -> dict[str, str]:
+    """['k=v', ...] -> {'k': 'v'}; a pair without '=' is a usage error."""
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label wants KEY=VALUE, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
+def _read_payload(args: argparse.Namespace) -> tuple[bytes, str]:
+    if args.data is not None:
+        return args.data.encode(), args.content_type or "text/plain; charset=utf-8"
+    if args.file is None:
+        raise UsageError("give the payload with --file FILE or --data TEXT (or use --group)")
+    try:
+        payload = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {args.file}: {error.strerror}") from error
+    guessed, _ = mimetypes.guess_type(args.file)
+    return payload, args.content_type or guessed or "application/octet-stream"
+
+
+def read_group(path: str, default_model: str | None) -> list[job_pb2.JobSpec]:
+    """Children from a JSON list, a {"children": [...]} object, or JSON lines."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from error
+    try:
+        loaded: Any = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            loaded = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}: neither JSON nor JSON lines ({error})") from error
+    if isinstance(loaded, dict):
+        loaded = loaded.get("children")
+    if not isinstance(loaded, list) or not loaded:
+        raise UsageError(f"{path}: expected a non-empty list of children")
+    return [_child(item, index, default_model, path) for index, item in enumerate(loaded)]
+
+
+def _child(item: Any, index: int, default_model: str | None, path: str) -> job_pb2.JobSpec:
+    where = f"{path}: child {index}"
+    if not isinstance(item, dict):
+        raise UsageError(f"{where}: expected an object")
+    model = item.get("model") or default_model
+    if not model:
+        raise UsageError(f"{where}: no model (give one per child or --model)")
+    if "payload_b64" in item:
+        try:
+            payload = base64.b64decode(item["payload_b64"], validate=True)
+        except ValueError as error:
+            raise UsageError(f"{where}: payload_b64 is not base64") from error
+        default_type = "application/octet-stream"
+    else:
+        payload = str(item.get("data", "")).encode()
+        default_type = "text/plain; charset=utf-8"
+    labels = item.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise UsageError(f"{where}: labels must be an object")
+    return job_spec(
+        str(model),
+        payload,
+        content_type=str(item.get("content_type") or default_type),
+        labels={str(k): str(v) for k, v in labels.items()},
+        max_attempts=int(item.get("max_attempts", 0)),
+    )
+
+
+async def _submit(args: argparse.Namespace, client: JobClient) -> int:
+    request = job_service_pb2.SubmitRequest(
+        idempotency_key=args.idempotency_key, priority=priority_value(args.priority)
+    )
+    if args.group is not None:
+        children = read_group(args.group, args.model)
+        request.group.CopyFrom(job_pb2.GroupSpec(children=children, max_parallel=args.max_parallel))
+    else:
+        if not args.model:
+            raise UsageError("--model is required for a single job")
+        payload, content_type = _read_payload(args)
+        request.job.CopyFrom(
+            job_spec(
+                args.model,
+                payload,
+                content_type=content_type,
+                labels=parse_labels(args.label),
+                max_attempts=args.max_attempts,
+            )
+        )
+    response = await client.submit_request(request)
+    if args.json:
+        _print_json(response)
+    else:
+        reused = " (existing job for this idempotency key)" if response.reused else ""
+        print(f"submitted {job_line(response.job)}{reused}", flush=True)
+    if not args.wait:
+        return EXIT_OK
+    return await _follow(client, response.job.id, args)
+
+
+# ---------------------------------------------------------------- get, watch, cancel
+
+
+async def _get(args: argparse.Namespace, client: JobClient) -> int:
+    job = await client.get(args.job_id)
+    if args.output:
+        if args.output == "-":
+            sys.stdout.buffer.write(job.result)
+            sys.stdout.flush()
+        else:
+            await asyncio.to_thread(Path(args.output).write_bytes, job.result)
+    elif args.json:
+        _print_json(job)
+    else:
+        print(describe_job(job), flush=True)
+    return EXIT_OK
+
+
+async def _watch(args: argparse.Namespace, client: JobClient) -> int:
+    return await _follow(client, args.job_id, args)
+
+
+async def _follow(client: JobClient, job_id: str, args: argparse.Namespace) -> int:
+    last: job_pb2.Job | None = None
+    line = ProgressLine(sys.stdout, live=sys.stdout.isatty())
+    async for job in client.watch(job_id, timeout=args.timeout):
+        last = job
+        if args.json:
+            _print_json(job)
+        else:
+            line.update(job)
+    if last is None or not is_terminal(last):
+        raise JobgateError(f"the status stream of {job_id} ended early")
+    if not args.json:
+        line.finish(last)
+    return _exit_for(last)
+
+
+async def _cancel(args: argparse.Namespace, client: JobClient) -> int:
+    response = await client.cancel(args.job_id, args.reason)
+    if args.json:
+        _print_json(response)
+    elif response.cancelled:
+        print(f"cancelled {job_line(response.job)}", flush=True)
+    else:
+        print(f"not cancelled: {job_line(response.job)} had already ended", flush=True)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- worker
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from jobgate import worker  # imported here so the client commands stay light
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.concurrency < 1:
+        return _fail("--concurrency must be at least 1", EXIT_USAGE)
+    if not 0 < args.claim_wait <= 60:
+        return _fail("--claim-wait must be in (0, 60] seconds", EXIT_USAGE)
+    try:
+        handler = worker.load_handler(args.handler)
+        token = (
+            args.token
+            or os.environ.get("JOBGATE_WORKER_TOKEN")
+            or os.environ.get("JOBGATE_TOKEN")
+            or None
+        )
+        # JOBGATE_TARGET names the JobService; a worker talks to the WorkerService.
+        connection = ConnectionConfig(
+            target=args.target or worker.DEFAULT_WORKER_TARGET, token=token
+        ).with_tls_files(args.tls_ca, args.tls_cert, args.tls_key)
+    except (worker.HandlerLoadError, OSError, ValueError) as error:
+        return _fail(str(error), EXIT_USAGE)
+    config = worker.WorkerConfig(
+        models=tuple(args.model),
+        connection=connection,
+        concurrency=args.concurrency,
+        worker_id=args.worker_id or worker.default_worker_id(),
+        grace_period=args.grace_period,
+        claim_wait=args.claim_wait,
+    )
+    return worker.run_worker(config, handler)
