@@ -28,12 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = "text-stats"
 
 
-@pytest.fixture(autouse=True)
-def _redis_store_available() -> None:
-    # RedisStore lands in parallel with this command; until then these skip.
-    pytest.importorskip("store.redis_store")
-
-
 def run_events(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str], str]:
     code = main(["events", *args])
     captured = capsys.readouterr()
