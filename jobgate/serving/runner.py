@@ -87,10 +87,18 @@ async def open_configured_store(settings: ServerSettings) -> Store:
 class Process:
     """One server process; `run()` returns the exit code after a drain."""
 
-    def __init__(self, command: str, settings: ServerSettings, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        command: str,
+        settings: ServerSettings,
+        out: TextIO | None = None,
+        install_signals: bool = True,
+    ) -> None:
         self.command = command
         self.settings = settings
         self._out = out or sys.stdout
+        self._install = install_signals
+        self.started = asyncio.Event()
         self._stop = asyncio.Event()
         self.listeners: list[Listener] = []
         self.metrics_address: Address | None = None
@@ -147,7 +155,9 @@ class Process:
         for listener in self.listeners:
             await listener.server.start()
         self._announce(serving)
-        self._install_signals()
+        if self._install:
+            self._install_signals()
+        self.started.set()
         stop_background = asyncio.Event()
         background = [
             asyncio.create_task(Recovery(serving.store, serving.metrics).run(stop_background)),
