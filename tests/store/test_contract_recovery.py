@@ -292,3 +292,18 @@ async def test_queue_timeout_counts_from_the_last_requeue(make_store: MakeStore)
     requeued = await recover_until(store, job.id, JobStatus.QUEUED)
     assert requeued.error_code != ERROR_QUEUE_TIMEOUT
     assert (await claim_one(store)).job.id == job.id
+
+
+# -- leadership ---------------------------------------------------------------------------
+
+
+async def test_leadership_is_held_by_one_holder_until_it_expires(store: Store) -> None:
+    assert await store.acquire_leadership("a", timedelta(seconds=0.3))
+    assert await store.acquire_leadership("a", timedelta(seconds=0.3)), "renewal"
+    assert not await store.acquire_leadership("b", timedelta(seconds=0.3))
+
+    async def taken_over() -> bool:
+        return await store.acquire_leadership("b", timedelta(seconds=5))
+
+    await assert_eventually(taken_over)
+    assert not await store.acquire_leadership("a", timedelta(seconds=0.3))

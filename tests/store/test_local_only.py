@@ -1,0 +1,171 @@
+"""LocalStore specifics the contract suite cannot see: its ordered queue, costs, close()."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import StoreSettings, StoreUnavailable
+from store.memory import LocalStore, _OrderedQueue, _Record
+from store.model import JobSpec, JobStatus, SubmitRequest
+from tests.store.conftest import MODEL, TENANT
+
+# -- the ordered queue against a plain sorted list ------------------------------------
+
+QUEUE_OPS = st.lists(
+    st.tuples(st.sampled_from(["append", "take", "restore", "forget", "pop"]), st.integers(0, 40)),
+    max_size=300,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(QUEUE_OPS)
+def test_ordered_queue_matches_a_sorted_list(ops: list[tuple[str, int]]) -> None:
+    queue = _OrderedQueue()
+    owned: list[str] = []  # in slot order
+    shown: set[str] = set()
+    counter = 0
+    for op, pick in ops:
+        if op == "append" or not owned:
+            counter += 1
+            job_id = f"j{counter}"
+            queue.append(job_id)
+            owned.append(job_id)
+            shown.add(job_id)
+            continue
+        job_id = owned[pick % len(owned)]
+        if op == "take":
+            queue.take(job_id)
+            shown.discard(job_id)
+        elif op == "restore":
+            queue.restore(job_id)
+            shown.add(job_id)
+        elif op == "forget":
+            queue.forget(job_id)
+            owned.remove(job_id)
+            shown.discard(job_id)
+        elif op == "pop" and shown:
+            head = queue.first()
+            assert head == next(j for j in owned if j in shown)
+            queue.take(head)
+            shown.discard(head)
+        visible = [j for j in owned if j in shown]
+        assert len(queue) == len(visible)
+        assert queue.first() == (visible[0] if visible else None)
+        for job_id in owned:
+            assert queue.rank(job_id) == sum(
+                1 for j in visible if owned.index(j) < owned.index(job_id)
+            )
+
+
+def test_ordered_queue_compaction_keeps_order_and_hidden_slots() -> None:
+    queue = _OrderedQueue()
+    for i in range(1000):
+        queue.append(f"j{i}")
+    for i in range(990):
+        queue.forget(f"j{i}")
+    queue.take("j995")
+    for i in range(1000, 1200):  # enough appends to trigger compaction
+        queue.append(f"j{i}")
+    assert queue.first() == "j990"
+    assert not queue.is_visible("j995")
+    queue.restore("j995")
+    assert queue.rank("j995") == 5
+    assert queue.rank("j1000") == 10
+
+
+# -- costs --------------------------------------------------------------------------------
+
+
+class CountingDict(dict[str, _Record]):
+    """A job table that counts lookups, to show what an operation touches."""
+
+    lookups = 0
+
+    def get(self, key: str, default: object = None) -> _Record | None:  # type: ignore[override]
+        CountingDict.lookups += 1
+        return super().get(key)
+
+    def __getitem__(self, key: str) -> _Record:
+        CountingDict.lookups += 1
+        return super().__getitem__(key)
+
+
+async def test_recover_touches_only_what_fell_due() -> None:
+    store = LocalStore(StoreSettings(lease_timeout=timedelta(seconds=60)))
+    for _ in range(2000):
+        await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
+    await store.claim("w1", [MODEL], max_jobs=2000)
+    table = CountingDict(store._jobs)
+    store._jobs = table
+    CountingDict.lookups = 0
+    assert await store.recover() == []
+    assert CountingDict.lookups == 0
+
+
+async def test_claim_cost_does_not_grow_with_queue_depth() -> None:
+    async def lookups_for_one_claim(depth: int) -> int:
+        store = LocalStore(StoreSettings())
+        for _ in range(depth):
+            await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
+        store._jobs = CountingDict(store._jobs)
+        CountingDict.lookups = 0
+        await store.claim("w1", [MODEL])
+        return CountingDict.lookups
+
+    shallow = await lookups_for_one_claim(10)
+    assert shallow > 0
+    assert await lookups_for_one_claim(5000) == shallow
+
+
+# -- close and copies ------------------------------------------------------------------------
+
+
+async def test_close_wakes_a_waiting_claim_which_returns_empty() -> None:
+    store = LocalStore(StoreSettings())
+    waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=30)))
+    await asyncio.sleep(0.05)
+    await store.close()
+    assert await asyncio.wait_for(waiting, timeout=2) == []
+
+
+async def test_close_ends_a_watch() -> None:
+    store = LocalStore(StoreSettings())
+    job = (await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))).job
+    stream = store.watch(TENANT, job.id)
+    await anext(stream)
+    waiting = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.05)
+    await store.close()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, timeout=2)
+
+
+async def test_a_closed_store_is_unavailable() -> None:
+    store = LocalStore(StoreSettings())
+    await store.close()
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+    with pytest.raises(StoreUnavailable):
+        await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
+
+
+async def test_an_illegal_transition_is_refused() -> None:
+    store = LocalStore(StoreSettings())
+    job = (await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))).job
+    await store.cancel(TENANT, job.id)
+    with pytest.raises(RuntimeError, match="illegal transition"):
+        store._transition(store._jobs[job.id], JobStatus.QUEUED, 0.0)
+
+
+async def test_claimed_snapshots_are_copies() -> None:
+    store = LocalStore(StoreSettings())
+    await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL, labels={"a": "1"})))
+    claimed = (await store.claim("w1", [MODEL]))[0]
+    assert isinstance(claimed.job.labels, dict)
+    claimed.job.labels["a"] = "2"
+    assert (await store.get(TENANT, claimed.job.id)).labels == {"a": "1"}
