@@ -5,6 +5,8 @@ Both services use this, so every jobgate gRPC server behaves alike.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -63,6 +65,7 @@ def new_server(
 
 
 def bind(server: grpc.aio.Server, address: Address, settings: ServerSettings) -> int:
+    _check_free(address)
     try:
         if settings.tls_cert is None:
             port = server.add_insecure_port(str(address))
@@ -73,6 +76,24 @@ def bind(server: grpc.aio.Server, address: Address, settings: ServerSettings) ->
     if port == 0:
         raise ServerStartError(f"cannot listen on {address}")
     return port
+
+
+def _check_free(address: Address) -> None:
+    """Fail early, in one line, on a taken port (gRPC core would also log to stderr)."""
+    try:
+        family = (
+            socket.AF_INET6 if ipaddress.ip_address(address.host).version == 6 else socket.AF_INET
+        )
+    except ValueError:
+        return  # a host name: leave it to gRPC
+    if address.port == 0:
+        return
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address.host, address.port))
+        except OSError as error:
+            raise ServerStartError(f"cannot listen on {address}: {error.strerror}") from None
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials:

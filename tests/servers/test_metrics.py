@@ -1,0 +1,109 @@
+"""Known traffic gives known counter, gauge and histogram values under DESIGN's names."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import urllib.request
+
+import grpc
+
+from jobgate.serving.runner import Process
+from jobgate.serving.settings import Address, ServerSettings
+from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc, worker_service_pb2
+from tests.servers.harness import Harness, fails
+
+TENANT = (("x-jobgate-tenant", "t1"),)
+INTERACTIVE = job_pb2.PRIORITY_INTERACTIVE
+
+
+async def _fail(harness: Harness, claimed: worker_service_pb2.ClaimedJob) -> None:
+    request = worker_service_pb2.SetResultRequest(
+        job_id=claimed.job.id, lease_id=claimed.lease_id, status=job_pb2.JOB_STATUS_FAILED
+    )
+    await harness.worker.SetResult(request)
+
+
+async def test_job_counters_gauges_and_histograms(harness: Harness) -> None:
+    a_jobs = [await harness.submit("a", TENANT, priority=INTERACTIVE) for _ in range(4)]
+    await harness.submit("b", TENANT)
+    first, second = await harness.claim(["a"], max_jobs=2)
+    await harness.complete(first)
+    await _fail(harness, second)
+    await harness.claim(["a"])  # one in flight, one left queued
+    await harness.job.Cancel(job_service_pb2.CancelRequest(job_id=a_jobs[3].id), metadata=TENANT)
+
+    async def value(name: str, **labels: str) -> float | None:
+        return await harness.value(name, labels)
+
+    submitted = "jobgate_jobs_submitted_total"
+    assert await value(submitted, tenant="t1", model="a", priority="interactive") == 4
+    assert await value(submitted, tenant="t1", model="b", priority="batch") == 1
+    finished = "jobgate_jobs_finished_total"
+    for status in ("completed", "failed", "cancelled"):
+        assert await value(finished, model="a", priority="interactive", status=status) == 1
+    assert await value("jobgate_queue_depth", model="a", priority="interactive") in (0, None)
+    assert await value("jobgate_queue_depth", model="b", priority="batch") == 1
+    assert await value("jobgate_jobs_in_flight", model="a") == 1
+    wait = "jobgate_queue_wait_seconds_count"
+    assert await value(wait, model="a", priority="interactive") == 3
+    duration = "jobgate_job_duration_seconds_count"
+    assert await value(duration, model="a", status="completed") == 1
+    assert await value(duration, model="a", status="failed") == 1
+
+
+async def test_reused_submit_is_not_counted_again(harness: Harness) -> None:
+    await harness.submit("a", TENANT, idempotency_key="k")
+    await harness.submit("a", TENANT, idempotency_key="k")
+    labels = {"tenant": "t1", "model": "a", "priority": "batch"}
+    assert await harness.value("jobgate_jobs_submitted_total", labels) == 1
+
+
+async def test_group_counts_its_children(harness: Harness) -> None:
+    children = [job_pb2.JobSpec(model="x"), job_pb2.JobSpec(model="y"), job_pb2.JobSpec(model="y")]
+    request = job_service_pb2.SubmitRequest(
+        group=job_pb2.GroupSpec(children=children, max_parallel=1)
+    )
+    group = (await harness.job.Submit(request, metadata=TENANT)).job
+    await harness.job.Cancel(job_service_pb2.CancelRequest(job_id=group.id), metadata=TENANT)
+    submitted = "jobgate_jobs_submitted_total"
+    assert await harness.value(submitted, {"tenant": "t1", "model": "y", "priority": "batch"}) == 2
+    finished = "jobgate_jobs_finished_total"
+    labels = {"model": "y", "priority": "batch", "status": "cancelled"}
+    assert await harness.value(finished, labels) == 2
+    assert await harness.value(finished, {**labels, "model": ""}) is None
+
+
+async def test_grpc_server_metrics_count_calls_by_code(harness: Harness) -> None:
+    await harness.submit()
+    await fails(harness.submit(model="BAD"))
+    submit = {"grpc_type": "unary", "grpc_service": "jobgate.v1.JobService"}
+    submit["grpc_method"] = "Submit"
+    assert await harness.value("grpc_server_started_total", submit) == 2
+    assert await harness.value("grpc_server_handled_total", {**submit, "grpc_code": "OK"}) == 1
+    invalid = {**submit, "grpc_code": "INVALID_ARGUMENT"}
+    assert await harness.value("grpc_server_handled_total", invalid) == 1
+    assert await harness.value("grpc_server_handling_seconds_count", submit) == 2
+
+
+async def test_metrics_are_served_over_http_on_an_ephemeral_port() -> None:
+    loopback = Address("127.0.0.1", 0)
+    settings = ServerSettings(listen=loopback, worker_listen=loopback, metrics_listen=loopback)
+    process = Process("serve", settings, out=io.StringIO(), install_signals=False)
+    running = asyncio.create_task(process.run())
+    await asyncio.wait_for(process.started.wait(), 5)
+    try:
+        job_address = next(item.address for item in process.listeners if item.name == "job")
+        async with grpc.aio.insecure_channel(str(job_address)) as channel:
+            stub = job_service_pb2_grpc.JobServiceStub(channel)
+            spec = job_pb2.JobSpec(model="http")
+            await stub.Submit(job_service_pb2.SubmitRequest(job=spec), timeout=5)
+        assert process.metrics_address is not None and process.metrics_address.port != 0
+        url = f"http://{process.metrics_address}/metrics"
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+    finally:
+        process.request_stop()
+        assert await asyncio.wait_for(running, 15) == 0
+    text = body.decode()
+    assert 'jobgate_queue_depth{model="http",priority="batch"} 1.0' in text
+    assert "jobgate_store_up 1.0" in text

@@ -1,0 +1,72 @@
+"""Server settings: DESIGN's defaults, flags over JOBGATE_<NAME>, one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+import pytest
+
+from jobgate.serving.settings import (
+    FLAGS,
+    Address,
+    ServerSettings,
+    SettingsError,
+    add_flags,
+    from_args,
+)
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> ServerSettings:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    return from_args(parser.parse_args(argv), environ or {})
+
+
+def test_defaults_are_designs() -> None:
+    settings = parse([])
+    assert settings.listen == Address("127.0.0.1", 50051)
+    assert settings.worker_listen == Address("127.0.0.1", 50052)
+    assert settings.metrics_listen == Address("127.0.0.1", 9464)
+    assert settings.lease_timeout == timedelta(seconds=30)
+    assert (settings.max_attempts, settings.max_payload_bytes) == (3, 4 * 1024 * 1024)
+    assert settings.run_timeout == timedelta(seconds=3600)
+    assert settings.queue_timeout == timedelta(seconds=1800)
+    assert settings.result_ttl == timedelta(seconds=86400)
+    assert (settings.max_group_children, settings.max_live_per_tenant) == (1000, 10_000)
+    assert settings.max_live_total == 100_000
+    assert (settings.redis_partition, settings.grace_period) == ("default", timedelta(seconds=10))
+
+
+def test_every_flag_has_an_env_twin() -> None:
+    names = {flag.env for flag in FLAGS}
+    assert {"JOBGATE_REDIS_URL", "JOBGATE_LEASE_TIMEOUT", "JOBGATE_MAX_LIVE_TOTAL"} <= names
+    settings = parse([], {"JOBGATE_LEASE_TIMEOUT": "0.25", "JOBGATE_LISTEN": "[::1]:0"})
+    assert settings.lease_timeout == timedelta(seconds=0.25)
+    assert settings.listen == Address("::1", 0)
+
+
+def test_flag_wins_over_env() -> None:
+    settings = parse(["--max-attempts", "5"], {"JOBGATE_MAX_ATTEMPTS": "7"})
+    assert settings.max_attempts == 5
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "named"),
+    [
+        (["--lease-timeout", "soon"], {}, "--lease-timeout"),
+        (["--lease-timeout", "-1"], {}, "--lease-timeout"),
+        (["--listen", "nowhere"], {}, "--listen"),
+        (["--max-attempts", "0"], {}, "--max-attempts"),
+        (["--log-format", "xml"], {}, "--log-format"),
+        ([], {"JOBGATE_GRACE_PERIOD": "nan"}, "JOBGATE_GRACE_PERIOD"),
+        (["--tls-cert", "c.pem"], {}, "--tls-key"),
+    ],
+)
+def test_bad_value_names_its_flag(argv: list[str], environ: dict[str, str], named: str) -> None:
+    with pytest.raises(SettingsError, match=named):
+        parse(argv, environ)
+
+
+def test_metrics_listener_can_be_turned_off() -> None:
+    assert parse(["--metrics-listen", "off"]).metrics_listen is None
