@@ -57,7 +57,9 @@ class JobgateError(Exception):
         self.field_violations: tuple[FieldViolation, ...] = tuple(field_violations)
 
     def __str__(self) -> str:
-        head = f"{self.reason}: " if self.reason else ""
+        # The reason names the failure best; else the status code (e.g. UNAVAILABLE).
+        label = self.reason or (self.code.name if self.code is not None else "")
+        head = f"{label}: " if label else ""
         text = f"{head}{self.message}"
         if self.field_violations:
             fields = "; ".join(f"{v.field}: {v.description}" for v in self.field_violations)
