@@ -111,3 +111,19 @@ async def test_cancel_of_a_finished_group_is_not_an_error(store: Store) -> None:
     result = await store.cancel(TENANT, group.id)
     assert not result.cancelled
     assert result.job.status is JobStatus.COMPLETED
+
+
+async def test_cancelling_a_queued_child_releases_the_next_held_child(store: Store) -> None:
+    group = await submit_group(store, 3, max_parallel=1)
+    await store.cancel(TENANT, group.children[0].id)
+    statuses = [child.status for child in await store.list_children(TENANT, group.id)]
+    assert statuses == [JobStatus.CANCELLED, JobStatus.QUEUED, JobStatus.HELD]
+    assert (await claim_one(store)).job.child_index == 1
+
+
+async def test_cancelling_a_running_child_releases_the_next_held_child(store: Store) -> None:
+    group = await submit_group(store, 2, max_parallel=1)
+    running = await claim_one(store)
+    await store.cancel(TENANT, running.job.id)
+    assert (await claim_one(store)).job.child_index == 1
+    assert await status_of(store, group.id) is JobStatus.PROCESSING
