@@ -35,6 +35,7 @@ from store.model import (
     HeartbeatResult,
     Job,
     JobEvent,
+    JobKind,
     JobSpec,
     JobStatus,
     Priority,
@@ -108,10 +109,13 @@ class RedisStore:
         # XREAD BLOCK waits longer than SOCKET_TIMEOUT: its own connection,
         # bounded by asyncio.wait_for instead.
         self._blocking = self._new_client(None)
-        self._notifier = Notifier(lambda: self._client, self.keys.notify)
+        # No silent reconnect for pub/sub: a lost subscription must fail its
+        # waiters (Notifier reconnects and wakes everyone itself).
+        self._pubsub = self._new_client(SOCKET_TIMEOUT, retries=0)
+        self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
         self._closed = False
 
-    def _new_client(self, socket_timeout: float | None) -> Redis:
+    def _new_client(self, socket_timeout: float | None, retries: int = 1) -> Redis:
         # One retry on a broken connection: a pooled connection may be stale
         # after a Redis restart. Timeouts are never retried (the script may
         # have run).
@@ -119,7 +123,7 @@ class RedisStore:
             self.url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=CONNECT_TIMEOUT,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            retry=Retry(NoBackoff(), retries, supported_errors=(RedisConnectionError,)),
         )
 
     # Lifecycle -----------------------------------------------------------------
@@ -151,9 +155,9 @@ class RedisStore:
     async def close(self) -> None:
         self._closed = True
         await self._notifier.close()
-        with contextlib.suppress(RedisError, OSError):
-            await self._client.aclose()
-            await self._blocking.aclose()
+        for client in (self._client, self._blocking, self._pubsub):
+            with contextlib.suppress(RedisError, OSError):
+                await client.aclose()
 
     async def ping(self) -> None:
         with _translated("ping"):
@@ -387,21 +391,23 @@ class RedisStore:
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         with self._notifier.listen([f"j {job_id}"]) as listener:
             job = await self.get(tenant, job_id)
-            yield job
-            seen = _watch_key(job)
-            while not job.terminal and not self._closed:
-                if job.status is JobStatus.QUEUED and job.kind.value != "group":
-                    # positions move when the queue shrinks or a job is queued ahead
+            seen: tuple[object, ...] | None = None
+            while True:
+                if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
+                    # positions move when the queue shrinks or a job is queued
+                    # ahead; listen before yielding, so no change slips by
                     listener.add(f"q {job.model}")
                     listener.add(f"r {job.model}")
-                await listener.wait(SAFETY_RECHECK)
-                if self._closed:
-                    return
-                listener.clear()
-                job = await self.get(tenant, job_id)
                 if _watch_key(job) != seen:
                     seen = _watch_key(job)
                     yield job
+                if job.terminal or self._closed:
+                    return
+                await listener.wait(SAFETY_RECHECK)
+                if self._closed:
+                    return
+                listener.clear()  # before the read: a change after it is kept
+                job = await self.get(tenant, job_id)
 
     async def events(
         self,

@@ -1,0 +1,500 @@
+"""RedisStore behaviour that only Redis has: persistence, failures, OOM, layout, cost.
+
+The shared semantics are in test_contract_*.py (both backends); these tests
+run on a real redis-server only, most on a private one (`own_redis`) they may
+stop, kill, flush or starve of memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from redis.asyncio import Redis
+
+from store import QueueFull, StoreMisconfigured, StoreSettings, StoreUnavailable
+from store.model import GroupSpec, JobSpec, JobStatus, SubmitRequest
+from store.redis_store import RedisStore
+from tests.helpers import assert_eventually
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+TENANT = "acme"
+MODEL = "llm-small"
+LIVE = -1  # PTTL of a key without expiry
+StoreFactory = Callable[..., Awaitable[RedisStore]]
+
+
+def request(payload: bytes = b"input", key: str = "") -> SubmitRequest:
+    return SubmitRequest(TENANT, JobSpec(MODEL, payload), idempotency_key=key)
+
+
+def group_request(size: int, max_parallel: int = 0) -> SubmitRequest:
+    children = tuple(JobSpec(MODEL, f"child {i}".encode()) for i in range(size))
+    return SubmitRequest(TENANT, GroupSpec(children, max_parallel=max_parallel))
+
+
+@pytest.fixture
+def server(own_redis: RedisServer) -> RedisServer:
+    return own_redis
+
+
+@pytest.fixture
+async def raw(server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(server.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def make_store(server: RedisServer, partition: str) -> AsyncIterator[StoreFactory]:
+    stores: list[RedisStore] = []
+
+    async def make(url: str | None = None, **overrides: Any) -> RedisStore:
+        store = RedisStore(url or server.url, StoreSettings(**overrides), partition=partition)
+        await store.open()
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+@pytest.fixture
+async def store(make_store: StoreFactory) -> RedisStore:
+    return await make_store()
+
+
+async def info(raw: Redis, section: str) -> dict[str, Any]:
+    result: dict[str, Any] = await raw.info(section)
+    return result
+
+
+async def measure_unavailable(call: Awaitable[object], stop: Callable[[], None]) -> float:
+    """Seconds from `stop()` until `call` raised StoreUnavailable."""
+    task = asyncio.ensure_future(call)
+    await asyncio.sleep(0.1)  # let the call reach Redis (a claim is waiting by now)
+    started = time.monotonic()
+    stop()
+    with pytest.raises(StoreUnavailable):
+        await asyncio.wait_for(task, timeout=5)
+    return time.monotonic() - started
+
+
+# -- durability -------------------------------------------
+
+
+async def test_a_redis_restart_with_appendonly_loses_no_job(
+    store: RedisStore, server: RedisServer
+) -> None:
+    submitted = {(await store.submit(request(f"job {i}".encode()))).job.id for i in range(20)}
+    server.restart()
+    found = {(await store.get(TENANT, job_id)).id for job_id in submitted}
+    claimed = await store.claim("w1", [MODEL], max_jobs=64)
+    assert found == submitted
+    assert {c.job.id for c in claimed} == submitted
+
+
+# -- failures are loud and short -------------------------------------------
+
+
+async def test_stopped_redis_fails_a_waiting_claim_within_a_second(
+    store: RedisStore, server: RedisServer
+) -> None:
+    waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
+    assert await measure_unavailable(waiting, server.stop) < 1.0
+
+
+async def test_killed_redis_fails_a_waiting_claim_within_a_second(
+    store: RedisStore, server: RedisServer
+) -> None:
+    waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
+    assert await measure_unavailable(waiting, server.kill) < 1.0
+
+
+@pytest.mark.parametrize("operation", ["get", "submit", "claim", "heartbeat"])
+async def test_stopped_redis_is_store_unavailable_within_a_second(
+    store: RedisStore, server: RedisServer, operation: str
+) -> None:
+    job = (await store.submit(request())).job
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "get": lambda: store.get(TENANT, job.id),
+        "submit": lambda: store.submit(request()),
+        "claim": lambda: store.claim("w1", [MODEL]),
+        "heartbeat": lambda: store.heartbeat(job.id, "lease", 0.5, ""),
+    }
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await calls[operation]()
+    assert time.monotonic() - started < 1.0
+
+
+async def test_the_store_works_again_after_redis_returns(
+    store: RedisStore, server: RedisServer
+) -> None:
+    job = (await store.submit(request())).job
+    server.stop()
+    with pytest.raises(StoreUnavailable):
+        await store.get(TENANT, job.id)
+    server.start()
+    assert (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+    assert [c.job.id for c in await store.claim("w1", [MODEL])] == [job.id]
+
+
+async def test_waiting_claims_work_again_after_redis_returns(
+    store: RedisStore, server: RedisServer, make_store: StoreFactory
+) -> None:
+    server.restart()
+
+    async def claim_waits() -> bool:
+        try:
+            waiting = asyncio.ensure_future(store.claim("w1", [MODEL], wait=timedelta(seconds=5)))
+            await asyncio.sleep(0.05)
+            await other.submit(request())
+            return len(await asyncio.wait_for(waiting, 2)) == 1
+        except StoreUnavailable:
+            return False
+
+    other = await make_store()
+    assert await assert_eventually(claim_waits, timeout=10)
+
+
+async def test_lost_notification_connection_fails_waiters_promptly(
+    store: RedisStore, raw: Redis
+) -> None:
+    waiting = asyncio.ensure_future(store.claim("w1", [MODEL], wait=timedelta(seconds=10)))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    await raw.client_kill_filter(_type="pubsub")
+    with pytest.raises(StoreUnavailable):
+        await asyncio.wait_for(waiting, 5)
+    assert time.monotonic() - started < 1.0
+
+
+async def test_scripts_are_reloaded_after_script_flush(store: RedisStore, raw: Redis) -> None:
+    job = (await store.submit(request())).job
+    await raw.script_flush()
+    assert (await store.get(TENANT, job.id)).id == job.id
+    assert (await store.submit(request())).job.status is JobStatus.QUEUED
+
+
+# -- settings checked at open -------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "allkeys-random"])
+async def test_an_evicting_maxmemory_policy_is_refused_at_open(
+    server: RedisServer, raw: Redis, partition: str, policy: str
+) -> None:
+    await raw.config_set("maxmemory-policy", policy)
+    store = RedisStore(server.url, StoreSettings(), partition=partition)
+    with pytest.raises(StoreMisconfigured):
+        await store.open()
+    await store.close()
+
+
+async def test_persistence_off_is_logged_as_a_warning(
+    redis_server: RedisServer, partition: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RedisStore(redis_server.url, StoreSettings(), partition=partition)
+    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+        await store.open()
+    await store.close()
+    assert any("persistence is off" in r.getMessage() for r in caplog.records)
+
+
+async def test_appendonly_redis_opens_without_a_persistence_warning(
+    make_store: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+        await make_store()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_redis_without_config_access_warns_and_opens(
+    server: RedisServer, raw: Redis, make_store: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    await raw.acl_setuser(
+        "app",
+        enabled=True,
+        passwords=["+secret"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-config"],
+    )
+    url = f"redis://app:secret@127.0.0.1:{server.port}/0"
+    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+        store = await make_store(url)
+    assert any("cannot read the Redis config" in r.getMessage() for r in caplog.records)
+    assert (await store.submit(request())).job.status is JobStatus.QUEUED
+
+
+# -- out of memory -------------------------------------------
+
+
+async def starve(raw: Redis) -> None:
+    """Set maxmemory just below what Redis uses now (noeviction stays)."""
+    used = int((await info(raw, "memory"))["used_memory"])
+    await raw.config_set("maxmemory", used - 1024)
+
+
+async def test_out_of_memory_submit_is_queue_full(store: RedisStore, raw: Redis) -> None:
+    await store.submit(request())
+    await starve(raw)
+    with pytest.raises(QueueFull):
+        await store.submit(request())
+
+
+async def test_out_of_memory_heartbeat_set_result_and_cancel_still_work(
+    store: RedisStore, raw: Redis
+) -> None:
+    jobs = [(await store.submit(request())).job for _ in range(3)]
+    first, second = await store.claim("w1", [MODEL], max_jobs=2)
+    await starve(raw)
+    beat = await store.heartbeat(first.job.id, first.lease_id, 0.5, "half")
+    done = await store.set_result(first.job.id, first.lease_id, JobStatus.COMPLETED, b"out")
+    running = await store.cancel(TENANT, second.job.id, "stop")
+    queued = await store.cancel(TENANT, jobs[2].id, "stop")
+    assert not beat.cancel_requested
+    assert (done.status, done.result) == (JobStatus.COMPLETED, b"out")
+    assert running.cancelled and queued.cancelled
+    with pytest.raises(QueueFull):
+        await store.submit(request())
+
+
+async def test_out_of_memory_claim_and_recovery_still_work(
+    make_store: StoreFactory, raw: Redis
+) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.2))
+    job = (await store.submit(request())).job
+    await store.claim("w1", [MODEL])
+    await starve(raw)
+
+    async def requeued() -> bool:
+        await store.recover()
+        return (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+
+    await assert_eventually(requeued)
+    assert [c.job.id for c in await store.claim("w2", [MODEL])] == [job.id]
+
+
+# -- key layout -------------------------------------------
+
+
+async def test_every_key_of_a_partition_shares_one_hash_tag(
+    make_store: StoreFactory, raw: Redis, partition: str
+) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.1), result_ttl=timedelta(hours=1))
+    await store.submit(request(key="k1"))
+    await store.submit(group_request(3, max_parallel=1))
+    claimed = await store.claim("w1", [MODEL], max_jobs=2)
+    await store.set_result(claimed[0].job.id, claimed[0].lease_id, JobStatus.COMPLETED, b"r")
+    await asyncio.sleep(0.15)
+    await store.recover()
+    await store.acquire_leadership("me", timedelta(seconds=5))
+    keys = [key.decode() async for key in raw.scan_iter(count=1000)]
+    assert len(keys) > 10
+    assert all(key.startswith(f"jobgate:{{{partition}}}:") for key in keys), keys
+
+
+# -- recovery cost -------------------------------------------
+
+
+async def test_recover_touches_only_what_expired(
+    make_store: StoreFactory, server: RedisServer, raw: Redis
+) -> None:
+    patient = await make_store(lease_timeout=timedelta(seconds=300))
+    hasty = await make_store(lease_timeout=timedelta(seconds=0.05))
+    await patient.submit(group_request(1000))
+    for _ in range(16):
+        await patient.claim("w1", [MODEL], max_jobs=64)
+    for _ in range(5):
+        await patient.submit(request())
+    await hasty.claim("w2", [MODEL], max_jobs=5)
+    await asyncio.sleep(0.1)
+    before = (await info(raw, "stats"))["total_commands_processed"]
+    events = await patient.recover()
+    commands = (await info(raw, "stats"))["total_commands_processed"] - before
+    assert len(events) == 5
+    assert commands < 300  # all commands, scripts' own included; scanning would be 1000+
+
+
+# -- TTL -------------------------------------------
+
+
+async def pttls(raw: Redis, *keys: str) -> list[int]:
+    return [int(await raw.pttl(key)) for key in keys]
+
+
+async def test_live_job_keys_never_expire(store: RedisStore, raw: Redis) -> None:
+    job = (await store.submit(request(key="k1"))).job
+    claimed = (await store.claim("w1", [MODEL]))[0]
+    await store.heartbeat(job.id, claimed.lease_id, 0.5, "")
+    k = store.keys
+    ttls = await pttls(raw, k.job(job.id), k.payload(job.id), k.idempotency(TENANT, "k1"))
+    assert ttls == [LIVE, LIVE, LIVE]
+
+
+async def test_terminal_job_keys_get_the_result_ttl(make_store: StoreFactory, raw: Redis) -> None:
+    store = await make_store(result_ttl=timedelta(seconds=600))
+    job = (await store.submit(request(key="k1"))).job
+    claimed = (await store.claim("w1", [MODEL]))[0]
+    await store.set_result(job.id, claimed.lease_id, JobStatus.COMPLETED, b"out")
+    k = store.keys
+    keys = [k.job(job.id), k.payload(job.id), k.result(job.id), k.idempotency(TENANT, "k1")]
+    assert all(590_000 < ttl <= 600_000 for ttl in await pttls(raw, *keys))
+
+
+async def test_group_children_expire_with_the_parent(make_store: StoreFactory, raw: Redis) -> None:
+    store = await make_store(result_ttl=timedelta(seconds=600))
+    group = (await store.submit(group_request(2))).job
+    running = (await store.claim("w1", [MODEL]))[0]
+    await store.cancel(TENANT, group.id)
+    k = store.keys
+    child_keys = [k.job(c.id) for c in group.children]
+    assert await pttls(raw, k.job(group.id), *child_keys) == [LIVE, LIVE, LIVE]
+    await store.set_result(running.job.id, running.lease_id, JobStatus.COMPLETED, b"kept")
+    parent_ttl, *child_ttls = await pttls(raw, k.job(group.id), *child_keys)
+    assert 590_000 < parent_ttl <= 600_000
+    assert all(abs(ttl - parent_ttl) < 1000 for ttl in child_ttls)
+
+
+# -- events -------------------------------------------
+
+
+async def test_event_stream_is_capped_near_events_max_length(
+    make_store: StoreFactory, raw: Redis
+) -> None:
+    store = await make_store(events_max_length=10)
+    for _ in range(300):
+        await store.submit(request())
+    # MAXLEN ~ trims whole stream nodes (100 entries by default)
+    assert await raw.xlen(store.keys.events) <= 10 + 100
+
+
+# -- orphans -------------------------------------------
+
+
+async def test_claim_drops_an_orphan_id_and_never_recreates_its_record(
+    store: RedisStore, raw: Redis
+) -> None:
+    orphan = (await store.submit(request())).job
+    job = (await store.submit(request())).job
+    await raw.delete(store.keys.job(orphan.id))
+    claimed = await store.claim("w1", [MODEL], max_jobs=2)
+    assert [c.job.id for c in claimed] == [job.id]
+    assert await raw.exists(store.keys.job(orphan.id)) == 0
+    assert await raw.zscore(store.keys.queue_timeouts, orphan.id) is None
+
+
+async def test_recovery_drops_an_orphan_lease_and_never_recreates_its_record(
+    make_store: StoreFactory, raw: Redis
+) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.05))
+    job = (await store.submit(request())).job
+    await store.claim("w1", [MODEL])
+    await raw.delete(store.keys.job(job.id))
+    await asyncio.sleep(0.1)
+    assert await store.recover() == []
+    assert await raw.exists(store.keys.job(job.id)) == 0
+    assert await raw.zscore(store.keys.leases, job.id) is None
+    assert await raw.zscore(store.keys.run_deadlines, job.id) is None
+
+
+# -- one round trip per hot-path call -------------------------------------------
+
+
+async def test_each_hot_path_call_is_one_evalsha(
+    store: RedisStore, raw: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    execute = cast(Callable[..., Awaitable[Any]], store._client.execute_command)
+
+    async def counting(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return await execute(*args, **options)
+
+    monkeypatch.setattr(store._client, "execute_command", counting)
+
+    async def round_trips(call: Awaitable[Any]) -> tuple[list[str], int]:
+        sent.clear()
+        before = (await info(raw, "commandstats")).get("cmdstat_evalsha", {}).get("calls", 0)
+        await call
+        after = (await info(raw, "commandstats"))["cmdstat_evalsha"]["calls"]
+        return sent.copy(), after - before
+
+    one = (["EVALSHA"], 1)
+    await store.submit(request())
+    job = (await store.submit(request())).job
+    assert await round_trips(store.submit(request(key="k"))) == one
+    assert await round_trips(store.get(TENANT, job.id)) == one
+    claim = store.claim("w1", [MODEL], max_jobs=2, wait=timedelta(seconds=1))
+    assert await round_trips(claim) == one
+    leased = (await store.claim("w1", [MODEL]))[0]
+    assert await round_trips(store.heartbeat(leased.job.id, leased.lease_id, 0.1, "")) == one
+    done = store.set_result(leased.job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
+    assert await round_trips(done) == one
+    assert await round_trips(store.cancel(TENANT, job.id)) == one
+
+
+# -- wake-ups across replicas -------------------------------------------
+
+
+async def test_a_claim_waiting_on_one_replica_wakes_on_a_submit_to_another(
+    make_store: StoreFactory,
+) -> None:
+    worker_side, gateway_side = await make_store(), await make_store()
+    waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=10)))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    job = (await gateway_side.submit(request())).job
+    claimed = await asyncio.wait_for(waiting, 5)
+    assert [c.job.id for c in claimed] == [job.id]
+    assert time.monotonic() - started < 0.5  # pushed, not the 5 s safety re-check
+
+
+async def test_a_claim_waiting_on_one_replica_wakes_on_a_release_by_another(
+    make_store: StoreFactory,
+) -> None:
+    worker_side = await make_store()
+    other = await make_store(lease_timeout=timedelta(seconds=0.05))
+    job = (await other.submit(request())).job
+    await other.claim("w0", [MODEL])
+    waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=10)))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    await other.recover()
+    claimed = await asyncio.wait_for(waiting, 5)
+    assert [c.job.id for c in claimed] == [job.id]
+    assert time.monotonic() - started < 0.5
+
+
+async def test_a_watch_on_one_replica_follows_changes_made_on_another(
+    make_store: StoreFactory,
+) -> None:
+    watcher_side, worker_side = await make_store(), await make_store()
+    await worker_side.submit(request())
+    job = (await worker_side.submit(request())).job
+    stream = watcher_side.watch(TENANT, job.id)
+
+    async def step() -> Any:
+        return await asyncio.wait_for(anext(stream), 2)
+
+    assert (await step()).queue_position == 1
+    await worker_side.claim("w1", [MODEL])
+    assert (await step()).queue_position == 0
+    leased = (await worker_side.claim("w1", [MODEL]))[0]
+    assert (await step()).status is JobStatus.PROCESSING
+    await worker_side.heartbeat(job.id, leased.lease_id, 0.5, "half")
+    assert (await step()).progress == 0.5
+    await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
+    assert (await step()).status is JobStatus.COMPLETED
+    with pytest.raises(StopAsyncIteration):
+        await step()
