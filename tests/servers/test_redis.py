@@ -1,0 +1,96 @@
+"""The servers on RedisStore (real redis-server): replicas share work, a dead store is loud."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from jobgate.serving.background import StoreProbe
+from jobgate.serving.settings import ServerSettings
+from jobgate.v1 import job_pb2, job_service_pb2
+from store import StoreSettings, open_store
+from tests.helpers import assert_eventually
+from tests.redis_server import RedisServer
+from tests.servers.conftest import MakeHarness
+from tests.servers.harness import EOF, Harness, fails, next_job
+
+pytestmark = pytest.mark.redis
+
+
+async def _replica(make_harness: MakeHarness, url: str, partition: str) -> Harness:
+    store = open_store(url, StoreSettings(), partition=partition)
+    return await make_harness(settings=ServerSettings(redis_url=url), store=store)
+
+
+async def test_submit_on_one_replica_wakes_a_claim_on_another(
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+) -> None:
+    first = await _replica(make_harness, redis_server.url, partition)
+    second = await _replica(make_harness, redis_server.url, partition)
+    waiting = asyncio.create_task(second.claim(wait=20))
+
+    async def polling() -> bool:
+        return second.serving.lifecycle.in_flight == 1
+
+    await assert_eventually(polling)
+    job = await first.submit()
+    started = time.monotonic()
+    claimed = await asyncio.wait_for(waiting, 5)
+    assert [item.job.id for item in claimed] == [job.id]
+    assert time.monotonic() - started < 1.0
+
+
+async def test_stream_on_one_replica_sees_a_result_set_on_another(
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+) -> None:
+    first = await _replica(make_harness, redis_server.url, partition)
+    second = await _replica(make_harness, redis_server.url, partition)
+    job = await first.submit()
+    stream = first.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id=job.id))
+    assert (await next_job(stream)).status == job_pb2.JOB_STATUS_QUEUED
+    [claimed] = await second.claim()
+    await second.complete(claimed)
+    statuses = []
+    while (message := await stream.read()) is not EOF:
+        statuses.append(message.job.status)
+    assert statuses[-1] == job_pb2.JOB_STATUS_COMPLETED
+
+
+async def test_store_down_is_unavailable_within_two_seconds_and_recovers(
+    make_harness: MakeHarness, own_redis: RedisServer, partition: str
+) -> None:
+    harness = await _replica(make_harness, own_redis.url, partition)
+    job = await harness.submit()
+    probe = StoreProbe(harness.serving.store, harness.metrics, harness.serving.health)
+    own_redis.kill()
+    started = time.monotonic()
+    failure = await fails(harness.job.Get(job_service_pb2.GetRequest(job_id=job.id)))
+    assert (failure.code, failure.reasons) == (grpc.StatusCode.UNAVAILABLE, ["STORE_UNAVAILABLE"])
+    assert time.monotonic() - started < 2.0
+    assert (await fails(harness.claim(wait=1))).code is grpc.StatusCode.UNAVAILABLE
+    await probe.step()
+    assert await harness.value("jobgate_store_up") == 0
+    own_redis.start()
+
+    async def back() -> bool:
+        await probe.step()
+        return probe.up is True
+
+    await assert_eventually(back, timeout=10)
+    got = await harness.job.Get(job_service_pb2.GetRequest(job_id=job.id))
+    assert got.job.id == job.id
+
+
+async def test_queue_depth_is_read_from_redis_at_scrape(
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+) -> None:
+    harness = await _replica(make_harness, redis_server.url, partition)
+    for _ in range(3):
+        await harness.submit("depth")
+    await harness.claim(["depth"])
+    labels = {"model": "depth", "priority": "batch"}
+    assert await harness.value("jobgate_queue_depth", labels) == 2
+    assert await harness.value("jobgate_jobs_in_flight", {"model": "depth"}) == 1
