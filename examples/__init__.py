@@ -1,0 +1,1 @@
+"""Example handlers and inputs for jobgate (see docs/handlers.md)."""
