@@ -82,6 +82,15 @@ async def next_job(stream: Any) -> job_pb2.Job:
     return message.job
 
 
+async def rest_of(stream: Any) -> list[job_pb2.Job]:
+    """Every remaining snapshot of a StreamStatus call, until it ends."""
+    jobs = []
+    while (message := await stream.read()) is not EOF:
+        assert isinstance(message, job_service_pb2.StreamStatusResponse), message
+        jobs.append(message.job)
+    return jobs
+
+
 async def fails(call: Any) -> Failure:
     """Await a call expected to fail; its Failure."""
     try:

@@ -15,7 +15,7 @@ from store import StoreSettings, open_store
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.servers.conftest import MakeHarness
-from tests.servers.harness import EOF, Harness, fails, next_job
+from tests.servers.harness import Harness, fails, next_job, rest_of
 
 pytestmark = pytest.mark.redis
 
@@ -53,10 +53,7 @@ async def test_stream_on_one_replica_sees_a_result_set_on_another(
     assert (await next_job(stream)).status == job_pb2.JOB_STATUS_QUEUED
     [claimed] = await second.claim()
     await second.complete(claimed)
-    statuses = []
-    while (message := await stream.read()) is not EOF:
-        statuses.append(message.job.status)
-    assert statuses[-1] == job_pb2.JOB_STATUS_COMPLETED
+    assert (await rest_of(stream))[-1].status == job_pb2.JOB_STATUS_COMPLETED
 
 
 async def test_store_down_is_unavailable_within_two_seconds_and_recovers(
