@@ -74,3 +74,21 @@ async def test_failed_result_without_code_is_handler_error(harness: Harness) -> 
     )
     job = (await harness.worker.SetResult(request)).job
     assert (job.status, job.error_code) == (job_pb2.JOB_STATUS_FAILED, "HANDLER_ERROR")
+
+
+async def test_abandoned_long_poll_does_not_swallow_a_job(harness: Harness) -> None:
+    request = worker_service_pb2.ClaimNextRequest(worker_id="gone", models=["m"], wait=seconds(30))
+    abandoned = harness.worker.ClaimNext(request)
+
+    async def polling() -> bool:
+        return harness.serving.lifecycle.in_flight == 1
+
+    await assert_eventually(polling)
+    abandoned.cancel()
+
+    async def released() -> bool:
+        return harness.serving.lifecycle.in_flight == 0
+
+    await assert_eventually(released)
+    job = await harness.submit()
+    assert [item.job.id for item in await harness.claim()] == [job.id]
