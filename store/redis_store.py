@@ -160,11 +160,17 @@ class RedisStore:
                 await client.aclose()
 
     async def ping(self) -> None:
+        self._check_open()
         with _translated("ping"):
             await self._client.ping()
 
     # Plumbing ------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+        self._check_open()
         with _translated(name):
             return await self._scripts.run(self._client, name, keys, args)
 
@@ -415,6 +421,7 @@ class RedisStore:
         count: int = 100,
         block: timedelta | None = None,
     ) -> list[JobEvent]:
+        self._check_open()
         streams: dict[Any, Any] = {self.keys.events: after}
         with _translated("events"):
             if block is None:
@@ -435,6 +442,7 @@ class RedisStore:
 
     # Gauges ----------------------------------------------------------------------
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+        self._check_open()
         with _translated("queue_depths"):
             members: Any = await self._client.smembers(self.keys.models)
             models = sorted(m.decode() for m in members)
@@ -446,6 +454,7 @@ class RedisStore:
         return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
 
     async def in_flight(self) -> dict[str, int]:
+        self._check_open()
         with _translated("in_flight"):
             models: Any = await self._client.smembers(self.keys.models)
             counts: Any = await self._client.hgetall(self.keys.in_flight)

@@ -10,7 +10,9 @@
     1  the holder has the leadership for ttl from now
     0  someone else holds it
 
-  Transitions: none. A renewal is a PEXPIRE (never refused under OOM).
+  Transitions: none. Recovery must go on when Redis is out of memory: a
+  renewal is a PEXPIRE, and a first SET is preceded by a DEL (a write that
+  never grows memory; see the OOM note in includes/common.lua).
 ]]
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
@@ -20,5 +22,6 @@ end
 if current then
   return 0
 end
+redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1

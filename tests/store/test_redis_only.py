@@ -269,13 +269,14 @@ async def test_out_of_memory_heartbeat_set_result_and_cancel_still_work(
         await store.submit(request())
 
 
-async def test_out_of_memory_claim_and_recovery_still_work(
+async def test_out_of_memory_leadership_recovery_and_claim_still_work(
     make_store: StoreFactory, raw: Redis
 ) -> None:
     store = await make_store(lease_timeout=timedelta(seconds=0.2))
     job = (await store.submit(request())).job
     await store.claim("w1", [MODEL])
     await starve(raw)
+    assert await store.acquire_leadership("reaper", timedelta(seconds=5))
 
     async def requeued() -> bool:
         await store.recover()
