@@ -1,0 +1,190 @@
+"""End-to-end fixtures: real server processes on loopback, in both topologies.
+
+`deployment` is parametrized over "embedded" (`jobgate serve`) and "redis"
+(`jobgate gateway` + `jobgate worker-server` on the session redis-server).
+Deployments are session-scoped to bound the number of start-ups; tests stay
+independent by using their own tenant and model names, and on Redis each
+deployment has its own partition.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.e2e.api import Api, Metadata, fresh_name, tenant_metadata
+from tests.e2e.harness import (
+    FAST_SETTINGS,
+    Deployment,
+    Token,
+    embedded_deployment,
+    redis_deployment,
+    write_auth_file,
+)
+from tests.redis_server import RedisServer
+
+TOPOLOGIES = ["embedded", pytest.param("redis", marks=pytest.mark.redis)]
+
+# Admission caps small enough to reach in a test.
+CAPS: Mapping[str, str] = {
+    "max-live-per-tenant": "5",
+    "max-live-total": "8",
+    "max-group-children": "3",
+    "max-payload-bytes": "1024",
+}
+
+AUTH_TENANTS = ("acme", "globex")
+
+
+def start_deployment(
+    request: pytest.FixtureRequest,
+    workdir: Path,
+    settings: Mapping[str, str],
+) -> Deployment:
+    topology = request.param
+    if topology == "embedded":
+        deployment = embedded_deployment(workdir, settings)
+    else:
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        partition = f"e2e{uuid.uuid4().hex[:10]}"
+        deployment = redis_deployment(workdir, redis.url, partition, settings)
+    try:
+        deployment.start()
+    except BaseException:
+        deployment.stop()
+        raise
+    return deployment
+
+
+@pytest.fixture(scope="session", params=TOPOLOGIES)
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """The shared deployment with fast timings and default caps, open mode."""
+    workdir = tmp_path_factory.mktemp(f"deploy-{request.param}")
+    running = start_deployment(request, workdir, FAST_SETTINGS)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session", params=TOPOLOGIES)
+def caps_deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A deployment with tiny admission caps (see CAPS)."""
+    workdir = tmp_path_factory.mktemp(f"caps-{request.param}")
+    running = start_deployment(request, workdir, {**FAST_SETTINGS, **CAPS})
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session", params=TOPOLOGIES)
+def auth_deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A deployment with --auth-file: client tokens for AUTH_TENANTS and one worker token."""
+    workdir = tmp_path_factory.mktemp(f"auth-{request.param}")
+    tokens = [Token(f"client-secret-{t}-{uuid.uuid4().hex}", t, "client") for t in AUTH_TENANTS]
+    tokens.append(Token(f"worker-secret-{uuid.uuid4().hex}", "fleet", "worker"))
+    auth = write_auth_file(workdir / "auth.json", tokens)
+    running = start_deployment(request, workdir, {**FAST_SETTINGS, "auth-file": str(auth.path)})
+    running.auth = auth
+    yield running
+    running.stop()
+
+
+@asynccontextmanager
+async def channels(deployment: Deployment) -> AsyncIterator[tuple[grpc.aio.Channel, ...]]:
+    job_channel = grpc.aio.insecure_channel(deployment.job_target)
+    worker_channel = grpc.aio.insecure_channel(deployment.worker_target)
+    try:
+        yield job_channel, worker_channel
+    finally:
+        await job_channel.close(None)
+        await worker_channel.close(None)
+
+
+ApiFactory = Callable[[Metadata, Metadata], Api]
+
+
+@asynccontextmanager
+async def api_factory(deployment: Deployment) -> AsyncIterator[ApiFactory]:
+    """Build Api objects (one per identity) sharing one pair of channels."""
+    async with channels(deployment) as (job_channel, worker_channel):
+        made: list[Api] = []
+
+        def make(client_metadata: Metadata, worker_metadata: Metadata) -> Api:
+            api = Api(job_channel, worker_channel, client_metadata, worker_metadata)
+            made.append(api)
+            return api
+
+        yield make
+
+
+@pytest.fixture
+async def apis(deployment: Deployment) -> AsyncIterator[ApiFactory]:
+    async with api_factory(deployment) as make:
+        yield make
+
+
+@pytest.fixture
+def tenant() -> str:
+    return fresh_name("tenant")
+
+
+@pytest.fixture
+def model() -> str:
+    return fresh_name("m")
+
+
+@pytest.fixture
+def api(apis: ApiFactory, tenant: str) -> Api:
+    """One fresh tenant (open mode) on the shared deployment, with its own worker id."""
+    return apis(tenant_metadata(tenant), ())
+
+
+@pytest.fixture
+async def caps_apis(caps_deployment: Deployment) -> AsyncIterator[ApiFactory]:
+    """Api objects on the caps deployment; every job they submitted is cancelled afterwards
+    so the shared total cap is free for the next test."""
+    async with api_factory(caps_deployment) as make:
+        made: list[Api] = []
+
+        def tracked(client_metadata: Metadata, worker_metadata: Metadata) -> Api:
+            api = make(client_metadata, worker_metadata)
+            made.append(api)
+            return api
+
+        yield tracked
+        for api in made:
+            await api.cancel_all()
+
+
+@pytest.fixture
+async def auth_apis(auth_deployment: Deployment) -> AsyncIterator[ApiFactory]:
+    async with api_factory(auth_deployment) as make:
+        yield make
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On failure, attach the servers' logs to the report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Deployment):
+                report.sections.append((f"server logs: {name} ({value.topology})", value.logs()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the measured dispatch latencies (visible in CI logs without -s)."""
+    from tests.e2e.test_dispatch_latency import RESULTS
+
+    for topology, figure in sorted(RESULTS.items()):
+        terminalreporter.write_line(f"dispatch latency ({topology}): {figure}")

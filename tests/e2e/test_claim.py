@@ -1,0 +1,99 @@
+"""ClaimNext: long-poll, batching, and what a claim stamps (DESIGN: Claim)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tests.e2e.api import INTERACTIVE, PROCESSING, Api
+
+
+async def test_waiting_claim_gets_a_newly_submitted_job_at_once(api: Api, model: str) -> None:
+    waiting = asyncio.create_task(api.claim([model], wait=20.0))
+    # The claim must really be waiting (not answered early) before the submit.
+    done, _ = await asyncio.wait({waiting}, timeout=0.3)
+    assert not done, "an idle ClaimNext answered before its wait passed"
+
+    job = await api.submit(model, b"hello")
+    submitted = time.monotonic()
+    claimed = await asyncio.wait_for(waiting, timeout=5.0)
+    latency = time.monotonic() - submitted
+
+    assert [c.job.id for c in claimed] == [job.id]
+    assert claimed[0].payload == b"hello"
+    assert latency < 1.0, f"waiting claim took {latency:.3f}s after submit"
+
+
+async def test_claim_answers_empty_when_the_wait_passes(api: Api, model: str) -> None:
+    started = time.monotonic()
+    claimed = await api.claim([model], wait=0.5)
+    elapsed = time.monotonic() - started
+
+    assert claimed == []
+    assert 0.45 <= elapsed < 3.0, f"wait=0.5s answered after {elapsed:.3f}s"
+
+
+async def test_claim_without_wait_answers_at_once(api: Api, model: str) -> None:
+    started = time.monotonic()
+    claimed = await api.claim([model], wait=0.0)
+
+    assert claimed == []
+    assert time.monotonic() - started < 1.0
+
+
+async def test_max_jobs_returns_a_batch_in_claim_order(api: Api, model: str) -> None:
+    batch = [(await api.submit(model)).id for _ in range(3)]
+    interactive = await api.submit(model, priority=INTERACTIVE)
+
+    first = await api.claim([model], max_jobs=3)
+    rest = await api.claim([model], max_jobs=3)
+
+    assert [c.job.id for c in first] == [interactive.id, batch[0], batch[1]]
+    assert [c.job.id for c in rest] == [batch[2]]
+
+
+async def test_each_job_of_a_batch_has_its_own_lease(api: Api, model: str) -> None:
+    for _ in range(3):
+        await api.submit(model)
+
+    claimed = await api.claim([model], max_jobs=3)
+
+    leases = [c.lease_id for c in claimed]
+    assert len(claimed) == 3 and all(leases) and len(set(leases)) == 3
+    for job in claimed:
+        await api.complete(job.job.id, job.lease_id)
+
+
+async def test_max_jobs_zero_means_one(api: Api, model: str) -> None:
+    for _ in range(2):
+        await api.submit(model)
+
+    assert len(await api.claim([model], max_jobs=0)) == 1
+
+
+async def test_claim_stamps_processing_attempt_worker_and_lease(api: Api, model: str) -> None:
+    job = await api.submit(model, b"input", content_type="text/plain", labels={"k": "v"})
+
+    before = time.time()
+    claimed = await api.claim_one(model)
+    stored = await api.get(job.id)
+
+    assert claimed.job.id == job.id
+    assert claimed.payload == b"input"
+    assert claimed.lease_id
+    for view in (claimed.job, stored):
+        assert view.status == PROCESSING
+        assert view.attempts == 1
+        assert view.worker_id == api.worker_id
+        assert view.content_type == "text/plain" and dict(view.labels) == {"k": "v"}
+        assert view.HasField("start_time")
+    expires = claimed.lease_expire_time.ToNanoseconds() / 1e9
+    # The shared deployment runs --lease-timeout 2 (store clock = this host's clock).
+    assert before + 1.0 < expires < before + 10.0
+
+
+async def test_a_processing_job_is_not_claimed_again(api: Api, model: str) -> None:
+    await api.submit(model)
+    await api.claim_one(model)
+
+    assert await api.claim([model], wait=0.2) == []
