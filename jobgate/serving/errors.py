@@ -43,7 +43,9 @@ def to_status(error: BaseException, method: str = "") -> status_pb2.Status:
     if isinstance(error, AuthError):
         return status_pb2.Status(code=error.code, message=error.message)
     if isinstance(error, ShuttingDown):
-        return unavailable("the server is shutting down", REASON_SHUTTING_DOWN, timedelta(0))
+        return unavailable(
+            "the server is shutting down", REASON_SHUTTING_DOWN, timedelta(milliseconds=500)
+        )
     log.error("unexpected error in %s", method or "a call", exc_info=error)
     return unavailable("the server hit an unexpected error; retry", None, timedelta(seconds=1))
 
