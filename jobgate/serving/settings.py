@@ -11,7 +11,7 @@ import argparse
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -218,6 +218,3 @@ def _check_consistent(settings: ServerSettings) -> None:
         raise SettingsError("--tls-cert and --tls-key must be given together")
     if settings.tls_client_ca is not None and settings.tls_cert is None:
         raise SettingsError("--tls-client-ca needs --tls-cert and --tls-key")
-
-
-SETTING_NAMES = tuple(f.name for f in fields(ServerSettings))

@@ -10,8 +10,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 
+from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from tests.redis_server import free_port
 
 EPHEMERAL = ["--listen", "127.0.0.1:0", "--worker-listen", "127.0.0.1:0"]
@@ -93,6 +95,7 @@ def test_serve_announces_ports_serves_metrics_and_drains_on_sigterm() -> None:
         assert all(not address.endswith(":0") for address in words.values())
         metrics = urllib.request.urlopen(f"http://{words['metrics']}/metrics", timeout=5).read()
         assert b"jobgate_store_up 1.0" in metrics
+        job_id = _submit(words["job"], tenant="acme")
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=15)
     finally:
@@ -102,6 +105,16 @@ def test_serve_announces_ports_serves_metrics_and_drains_on_sigterm() -> None:
     messages = [entry["message"] for entry in entries]
     assert "listening" in messages and "stopped" in messages
     assert any("running open" in message for message in messages)
+    [submitted] = [entry for entry in entries if entry["message"] == "job submitted"]
+    assert (submitted["job_id"], submitted["tenant"]) == (job_id, "acme")
+
+
+def _submit(target: str, tenant: str) -> str:
+    with grpc.insecure_channel(target) as channel:
+        stub = job_service_pb2_grpc.JobServiceStub(channel)
+        request = job_service_pb2.SubmitRequest(job=job_pb2.JobSpec(model="m"))
+        response = stub.Submit(request, metadata=(("x-jobgate-tenant", tenant),), timeout=5)
+        return response.job.id
 
 
 @pytest.mark.parametrize("command", ["serve", "gateway", "worker-server"])
