@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.promql import dashboard_queries, metric_names
 from tests.deploy.servers import JobgateProcess, submit
 from tests.deploy.tools import DEPLOY, promtool
 from tests.redis_server import free_port
@@ -89,3 +90,10 @@ def test_container_healthcheck_reads_the_listen_address_from_the_environment(
 
 def test_container_healthcheck_fails_when_nothing_answers(tmp_path: Path) -> None:
     assert run_healthcheck(f"127.0.0.1:{free_port()}") == 1
+
+
+def test_every_metric_the_alerts_and_dashboard_read_is_served(serve: JobgateProcess) -> None:
+    served = {line.split()[2] for line in serve.scrape().splitlines() if line.startswith("# TYPE ")}
+    alerts = (DEPLOY / "prometheus" / "alerts.yml").read_text()
+    read = metric_names(alerts).union(*map(metric_names, dashboard_queries()))
+    assert read <= served, read - served
