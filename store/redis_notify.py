@@ -29,7 +29,10 @@ from store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-_POLL_SECONDS = 1.0
+# An idle subscription sends PING after this long and counts Redis as gone
+# if nothing (not even the PONG) came back within the same time again: a
+# hung Redis (SIGSTOP, network partition) fails waiters within ~1 s too.
+_POLL_SECONDS = 0.5
 _RECONNECT_SECONDS = 0.2
 
 
@@ -112,6 +115,8 @@ class Notifier:
                 listener.event.set()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") != "message":
+            return
         data = message.get("data")
         if not isinstance(data, bytes):
             return
@@ -128,9 +133,15 @@ class Notifier:
         return pubsub
 
     async def _run(self, pubsub: Any) -> None:
+        awaiting_pong = False
         while not self._closed:
             try:
                 message = await pubsub.get_message(timeout=_POLL_SECONDS)
+                if message is None:
+                    if awaiting_pong:
+                        raise RedisConnectionError("no answer to PING on the subscription")
+                    await pubsub.ping()
+                awaiting_pong = message is None
             except (RedisConnectionError, OSError, RedisError) as error:
                 self._error = str(error) or type(error).__name__
                 log.warning("redis notifications lost (%s); reconnecting", self._error)
@@ -138,6 +149,7 @@ class Notifier:
                 with contextlib.suppress(RedisError, OSError):
                     await pubsub.aclose()
                 pubsub = await self._reconnect()
+                awaiting_pong = False
                 continue
             if message is not None:
                 self._dispatch(message)

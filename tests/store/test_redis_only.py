@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -117,6 +118,41 @@ async def test_killed_redis_fails_a_waiting_claim_within_a_second(
 ) -> None:
     waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
     assert await measure_unavailable(waiting, server.kill) < 1.0
+
+
+def pause(server: RedisServer) -> None:
+    """Freeze redis-server (SIGSTOP): sockets stay open but nothing answers."""
+    assert server.process is not None
+    server.process.send_signal(signal.SIGSTOP)
+
+
+def resume(server: RedisServer) -> None:
+    assert server.process is not None
+    server.process.send_signal(signal.SIGCONT)
+
+
+async def test_a_hung_redis_fails_a_waiting_claim_within_two_seconds(
+    store: RedisStore, server: RedisServer
+) -> None:
+    waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
+    try:
+        assert await measure_unavailable(waiting, lambda: pause(server)) < 2.0
+    finally:
+        resume(server)
+
+
+async def test_a_hung_redis_fails_a_call_within_the_socket_timeout(
+    store: RedisStore, server: RedisServer
+) -> None:
+    job = (await store.submit(request())).job
+    pause(server)
+    started = time.monotonic()
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.get(TENANT, job.id)
+    finally:
+        resume(server)
+    assert time.monotonic() - started < 1.5
 
 
 @pytest.mark.parametrize("operation", ["get", "submit", "claim", "heartbeat"])
@@ -458,7 +494,7 @@ async def test_a_claim_waiting_on_one_replica_wakes_on_a_submit_to_another(
     job = (await gateway_side.submit(request())).job
     claimed = await asyncio.wait_for(waiting, 5)
     assert [c.job.id for c in claimed] == [job.id]
-    assert time.monotonic() - started < 0.5  # pushed, not the 5 s safety re-check
+    assert time.monotonic() - started < 1.0  # pushed, not the 5 s safety re-check
 
 
 async def test_a_claim_waiting_on_one_replica_wakes_on_a_release_by_another(
@@ -474,7 +510,7 @@ async def test_a_claim_waiting_on_one_replica_wakes_on_a_release_by_another(
     await other.recover()
     claimed = await asyncio.wait_for(waiting, 5)
     assert [c.job.id for c in claimed] == [job.id]
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.0
 
 
 async def test_a_watch_on_one_replica_follows_changes_made_on_another(
