@@ -164,7 +164,7 @@ class JobRun:
         metadata: tuple[tuple[str, str], ...],
         worker_id: str,
         link: Link,
-        progress_interval: float = 1.0,
+        progress_interval: float = 0.5,
     ) -> None:
         self.claimed = claimed
         self.job_id = claimed.job.id

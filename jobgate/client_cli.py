@@ -169,6 +169,13 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--claim-wait", type=float, default=30.0, help="long-poll seconds (at most 60)"
     )
+    parser.add_argument(
+        "--progress-interval",
+        type=float,
+        default=0.5,
+        help="reported progress is sent at most this often, in seconds (besides the "
+        "heartbeats at a third of the lease)",
+    )
     parser.add_argument("--tls-ca", metavar="FILE")
     parser.add_argument("--tls-cert", metavar="FILE")
     parser.add_argument("--tls-key", metavar="FILE")
@@ -418,5 +425,6 @@ def _run_worker(args: argparse.Namespace) -> int:
         worker_id=args.worker_id or worker.default_worker_id(),
         grace_period=args.grace_period,
         claim_wait=args.claim_wait,
+        progress_interval=args.progress_interval,
     )
     return worker.run_worker(config, handler)

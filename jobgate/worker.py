@@ -73,7 +73,7 @@ class WorkerConfig:
     grace_period: float = 30.0
     claim_wait: float = CLAIM_WAIT
     #: Reported progress is pushed at most this often (besides the lease heartbeats).
-    progress_interval: float = 1.0
+    progress_interval: float = 0.5
 
 
 class HandlerLoadError(JobgateError):

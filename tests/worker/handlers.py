@@ -8,7 +8,8 @@ from jobgate import JobContext, RetryableError
 
 
 def echo(ctx: JobContext) -> bytes:
-    """Return the payload unchanged."""
+    """Return the payload unchanged, with its content type."""
+    ctx.result_content_type = ctx.content_type
     return ctx.payload
 
 
