@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from tests.redis_server import free_port
+from tests.redis_server import RedisServer, free_port
 
 EPHEMERAL = ["--listen", "127.0.0.1:0", "--worker-listen", "127.0.0.1:0"]
 EPHEMERAL += ["--metrics-listen", "127.0.0.1:0"]
@@ -125,3 +125,10 @@ def test_every_command_accepts_every_setting(command: str) -> None:
         assert flag in result.stdout
     for flag in ("--retry-backoff", "--grace-period", "--tls-client-ca", "--log-format"):
         assert flag in result.stdout
+
+
+@pytest.mark.redis
+def test_evicting_redis_is_refused_in_one_line(own_redis: RedisServer) -> None:
+    own_redis.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    result = jobgate("worker-server", "--redis-url", own_redis.url, *EPHEMERAL)
+    assert_one_line_error(result, 1, "maxmemory-policy")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 
 from jobgate.serving.settings import ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2
@@ -180,3 +181,84 @@ async def test_fuzzed_requests_never_end_internal_or_unknown(harness: Harness) -
             seen.add(await _raw_call(harness, method, stream, body))
     assert not seen & {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}, seen
     assert grpc.StatusCode.INVALID_ARGUMENT in seen
+
+
+_ALPHABET = "az09._-#AZ \t\n\x00é🙂/"
+
+
+def _text(rng: random.Random, longest: int = 140) -> str:
+    return "".join(rng.choice(_ALPHABET) for _ in range(rng.randint(0, longest)))
+
+
+def _int(rng: random.Random) -> int:
+    return rng.choice([0, 1, -1, 64, 65, 100, 101, 2**31 - 1, -(2**31), rng.randint(-9, 99)])
+
+
+def _duration(rng: random.Random) -> duration_pb2.Duration:
+    seconds = rng.choice([0, 1, -1, 60, 61, 10**9, rng.randint(-100, 100)])
+    nanos = rng.choice([0, 1, -1, 999_999_999, rng.randint(-999_999_999, 999_999_999)])
+    return duration_pb2.Duration(seconds=seconds, nanos=nanos)
+
+
+def _spec(rng: random.Random) -> job_pb2.JobSpec:
+    return job_pb2.JobSpec(
+        model=rng.choice(["m", _text(rng, 70)]),
+        payload=rng.randbytes(rng.randint(0, 64)),
+        content_type=_text(rng, 300),
+        labels={_text(rng, 70): _text(rng, 300) for _ in range(rng.randint(0, 3))},
+        max_attempts=_int(rng),
+        queue_timeout=_duration(rng),
+        run_timeout=_duration(rng),
+    )
+
+
+def _random_calls(rng: random.Random, harness: Harness) -> list[Any]:
+    job_id = rng.choice([UNKNOWN_ID, _text(rng, 30)])
+    group = job_pb2.GroupSpec(
+        children=[_spec(rng) for _ in range(rng.randint(0, 3))], max_parallel=_int(rng)
+    )
+    submit = job_service_pb2.SubmitRequest(
+        idempotency_key=_text(rng), priority=cast(Any, _int(rng) % 8), job=_spec(rng)
+    )
+    if rng.random() < 0.3:
+        submit.group.CopyFrom(group)
+    claim = worker_service_pb2.ClaimNextRequest(
+        worker_id=_text(rng),
+        models=[rng.choice(["m", _text(rng, 70)]) for _ in range(rng.randint(0, 3))],
+        wait=_duration(rng),
+        max_jobs=_int(rng),
+    )
+    result = worker_service_pb2.SetResultRequest(
+        job_id=job_id,
+        lease_id=_text(rng),
+        status=cast(Any, _int(rng) % 9),
+        error_code=_text(rng, 70),
+        error_message=_text(rng),
+    )
+    beat = worker_service_pb2.HeartbeatRequest(
+        job_id=job_id,
+        lease_id=_text(rng),
+        progress=rng.choice([0.5, -0.1, 2.0, float("nan"), float("inf")]),
+        stage=_text(rng),
+    )
+    return [
+        harness.job.Submit(submit, timeout=2),
+        harness.job.Get(job_service_pb2.GetRequest(job_id=job_id), timeout=2),
+        harness.job.Cancel(job_service_pb2.CancelRequest(job_id=job_id), timeout=2),
+        harness.worker.ClaimNext(claim, timeout=0.5),
+        harness.worker.SetResult(result, timeout=2),
+        harness.worker.Heartbeat(beat, timeout=2),
+    ]
+
+
+async def test_random_field_values_never_end_internal_or_unknown(harness: Harness) -> None:
+    rng = random.Random(7)
+    seen: set[grpc.StatusCode] = set()
+    for _ in range(30):
+        for call in _random_calls(rng, harness):
+            try:
+                await call
+                seen.add(grpc.StatusCode.OK)
+            except grpc.aio.AioRpcError as error:
+                seen.add(error.code())
+    assert not seen & {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}, seen
