@@ -18,12 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from store.errors import StoreError
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
     ERROR_LEASE_EXPIRED,
@@ -196,7 +194,7 @@ class StoreCollector:
         depth, in_flight = self._families()
         try:
             depths, flights = self._read()
-        except (StoreError, FutureTimeout, RuntimeError) as error:
+        except Exception as error:  # the scrape must still answer, without these two
             log.warning("scrape could not read the store: %s", error or type(error).__name__)
             self._metrics.store_failed("scrape")
         else:
