@@ -153,3 +153,29 @@ def test_compose_runs_every_role_and_stops_servers_after_their_drain() -> None:
         grace = float(service["environment"]["JOBGATE_GRACE_PERIOD"])
         assert float(service["stop_grace_period"].removesuffix("s")) > grace
     assert "./redis.conf:/usr/local/etc/redis/redis.conf:ro" in services["redis"]["volumes"]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_worker_daemon_drains_within_its_pod_grace_period() -> None:
+    (worker,) = (
+        d
+        for d in resources("Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    )
+    pod = worker["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert float(flag(container["args"], "--grace-period")) < pod["terminationGracePeriodSeconds"]
+    assert flag(container["args"], "--handler") == "examples.handlers:text_stats"
+    assert flag(container["args"], "--model") == "text-stats"
+    assert flag(container["args"], "--target") == "jobgate-worker-server:50052"
+
+
+def test_compose_worker_drains_before_compose_kills_it() -> None:
+    (compose,) = load_yaml_documents(COMPOSE)
+    worker = compose["services"]["worker"]
+    assert float(flag(worker["command"], "--grace-period")) < float(
+        worker["stop_grace_period"].removesuffix("s")
+    )
