@@ -141,6 +141,7 @@ class _Flag:
     name: str  # the ServerSettings field
     parse: Callable[[str], Any]
     help: str
+    metavar: str = "VALUE"
 
     @property
     def option(self) -> str:
@@ -153,28 +154,57 @@ class _Flag:
 
 _MAX_INT = 2**31 - 1
 FLAGS: tuple[_Flag, ...] = (
-    _Flag("redis_url", _non_empty, "Redis URL (serve: embedded store when unset)"),
-    _Flag("listen", parse_address, "JobService address (gateway/worker-server: its service)"),
-    _Flag("worker_listen", parse_address, "WorkerService address (serve)"),
-    _Flag("metrics_listen", parse_optional_address, "Prometheus /metrics address; off disables"),
-    _Flag("auth_file", _non_empty, "JSON token file; without it the server runs open"),
-    _Flag("lease_timeout", parse_seconds, "lease length in seconds (default 30)"),
-    _Flag("max_attempts", _int_parser(1, 100), "default attempts per job (default 3)"),
-    _Flag("run_timeout", parse_seconds, "default run timeout in seconds (default 3600)"),
-    _Flag("result_ttl", parse_seconds, "seconds a terminal job is kept (default 86400)"),
-    _Flag("queue_timeout", parse_seconds, "default queue timeout in seconds (default 1800)"),
-    _Flag("max_payload_bytes", _int_parser(1, 1 << 30), "payload/result limit (default 4 MiB)"),
-    _Flag("max_group_children", _int_parser(1, 1_000_000), "children per group (default 1000)"),
-    _Flag("max_live_per_tenant", _int_parser(1, _MAX_INT), "live jobs per tenant (10000)"),
-    _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total (default 100000)"),
-    _Flag("redis_partition", _partition, "Redis hash tag jobgate:{NAME}: (default 'default')"),
-    _Flag("retry_backoff", parse_seconds, "base of the retry back-off in seconds (default 1)"),
-    _Flag("grace_period", parse_seconds, "drain time on SIGTERM in seconds (default 10)"),
-    _Flag("log_format", _choice_parser(LOG_FORMATS), "text or json (default text)"),
-    _Flag("log_level", _choice_parser(LOG_LEVELS), "debug, info, warning, error"),
-    _Flag("tls_cert", _non_empty, "server certificate (PEM) for TLS"),
-    _Flag("tls_key", _non_empty, "server private key (PEM) for TLS"),
-    _Flag("tls_client_ca", _non_empty, "CA (PEM) for mutual TLS: clients must present a cert"),
+    _Flag("redis_url", _non_empty, "Redis URL (serve: embedded store when unset)", "URL"),
+    _Flag(
+        "listen",
+        parse_address,
+        "JobService address (serve, gateway); worker-server: its WorkerService address",
+        "HOST:PORT",
+    ),
+    _Flag("worker_listen", parse_address, "WorkerService address (serve)", "HOST:PORT"),
+    _Flag(
+        "metrics_listen",
+        parse_optional_address,
+        "Prometheus /metrics address; off disables",
+        "HOST:PORT",
+    ),
+    _Flag("auth_file", _non_empty, "JSON token file; without it the server runs open", "PATH"),
+    _Flag("lease_timeout", parse_seconds, "lease length in seconds (default 30)", "SECONDS"),
+    _Flag("max_attempts", _int_parser(1, 100), "default attempts per job (default 3)", "N"),
+    _Flag("run_timeout", parse_seconds, "default run timeout in seconds (default 3600)", "SECONDS"),
+    _Flag("result_ttl", parse_seconds, "seconds a terminal job is kept (default 86400)", "SECONDS"),
+    _Flag(
+        "queue_timeout", parse_seconds, "default queue timeout in seconds (default 1800)", "SECONDS"
+    ),
+    _Flag(
+        "max_payload_bytes", _int_parser(1, 1 << 30), "payload/result limit (default 4 MiB)", "N"
+    ),
+    _Flag(
+        "max_group_children", _int_parser(1, 1_000_000), "children per group (default 1000)", "N"
+    ),
+    _Flag(
+        "max_live_per_tenant", _int_parser(1, _MAX_INT), "live jobs per tenant (default 10000)", "N"
+    ),
+    _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total (default 100000)", "N"),
+    _Flag(
+        "redis_partition", _partition, "Redis hash tag jobgate:{NAME}: (default 'default')", "NAME"
+    ),
+    _Flag(
+        "retry_backoff",
+        parse_seconds,
+        "base of the retry back-off in seconds (default 1)",
+        "SECONDS",
+    ),
+    _Flag(
+        "grace_period", parse_seconds, "drain time on SIGTERM in seconds (default 10)", "SECONDS"
+    ),
+    _Flag("log_format", _choice_parser(LOG_FORMATS), "text or json (default text)", "FORMAT"),
+    _Flag("log_level", _choice_parser(LOG_LEVELS), "debug, info, warning, error", "LEVEL"),
+    _Flag("tls_cert", _non_empty, "server certificate (PEM) for TLS", "PATH"),
+    _Flag("tls_key", _non_empty, "server private key (PEM) for TLS", "PATH"),
+    _Flag(
+        "tls_client_ca", _non_empty, "CA (PEM) for mutual TLS: clients must present a cert", "PATH"
+    ),
 )
 
 
@@ -184,7 +214,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             flag.option,
             dest=flag.name,
-            metavar=flag.name.split("_")[-1].upper(),
+            metavar=flag.metavar,
             default=None,
             help=f"{flag.help} [env {flag.env}]",
         )
