@@ -22,6 +22,7 @@ from tests.e2e.harness import (
     FAST_SETTINGS,
     Deployment,
     Token,
+    attach_server_logs,
     embedded_deployment,
     redis_deployment,
     write_auth_file,
@@ -175,11 +176,7 @@ async def auth_apis(auth_deployment: Deployment) -> AsyncIterator[ApiFactory]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """On failure, attach the servers' logs to the report."""
     outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.failed:
-        for name, value in getattr(item, "funcargs", {}).items():
-            if isinstance(value, Deployment):
-                report.sections.append((f"server logs: {name} ({value.topology})", value.logs()))
+    attach_server_logs(item, outcome.get_result())  # type: ignore[attr-defined]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.redis_server import free_port
@@ -271,3 +272,12 @@ def write_auth_file(path: Path, tokens: Sequence[Token]) -> AuthFile:
     ]
     path.write_text(json.dumps({"tokens": entries}))
     return AuthFile(path, tokens)
+
+
+def attach_server_logs(item: pytest.Item, report: pytest.TestReport) -> None:
+    """For a failed test, add the logs of every deployment it used to its report."""
+    if not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        if isinstance(value, Deployment):
+            report.sections.append((f"server logs: {name} ({value.topology})", value.logs()))
