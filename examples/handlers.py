@@ -81,9 +81,7 @@ def text_stats(ctx: JobContext) -> str:
         "average_word_length": round(sum(map(len, words)) / len(words), 2) if words else 0,
         "reading_time_minutes": round(len(words) / WORDS_PER_MINUTE, 2),
         "flesch_reading_ease": _flesch(len(words), sentences, syllable_total),
-        "top_words": [
-            {"word": word, "count": count} for word, count in content_words.most_common(10)
-        ],
+        "top_words": dict(content_words.most_common(10)),
     }
     ctx.result_content_type = "application/json"
     ctx.report(1.0, "done")
