@@ -244,7 +244,9 @@ class JobRun:
             if ctx.cancelled:
                 raise asyncio.CancelledError from None
             return Outcome.failed("HANDLER_ERROR", "JobCancelledError raised but not cancelled")
-        except Exception as error:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # SystemExit from a handler must not end the daemon
             return Outcome.failed("HANDLER_ERROR", _describe(error))
         return to_outcome(value, ctx)
 

@@ -151,6 +151,23 @@ async def test_the_worker_keeps_serving_after_a_handler_fails(
     assert done.result == b"good"
 
 
+async def test_a_handler_calling_sys_exit_only_fails_its_job(
+    server: Deployment, client: JobClient, model: str
+) -> None:
+    def exits(ctx: JobContext) -> bytes:
+        if ctx.payload == b"exit":
+            raise SystemExit(3)
+        return ctx.payload
+
+    async with running_worker(server.worker_target, model, exits):
+        first = await finished(client, (await client.submit(model, b"exit")).id)
+        second = await finished(client, (await client.submit(model, b"fine")).id)
+
+    assert (first.status, first.error_code) == (job_pb2.JOB_STATUS_FAILED, "HANDLER_ERROR")
+    assert "SystemExit" in first.error_message
+    assert second.status == job_pb2.JOB_STATUS_COMPLETED
+
+
 async def test_results_of_each_type_are_stored_with_a_content_type(
     server: Deployment, client: JobClient, model: str
 ) -> None:
