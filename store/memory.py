@@ -264,6 +264,7 @@ class LocalStore:
         # Replaced on every wake-up: waiters hold the old one, which gets set.
         self._claimable = asyncio.Event()
         self._changed = asyncio.Event()
+        self._claimable_pending = False  # a job became claimable since the last wake-up
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -272,7 +273,7 @@ class LocalStore:
 
     async def close(self) -> None:
         self._closed = True
-        self._wake(claimable=True)
+        self._wake()
 
     async def ping(self) -> None:
         self._check_open()
@@ -300,7 +301,7 @@ class LocalStore:
             record = self._create_single(request, request.work, fingerprint, now)
         if key:
             self._keys[(request.tenant, key)] = record.id
-        self._wake(claimable=True)
+        self._wake()
         return SubmitResult(self._snapshot(record), reused=False)
 
     async def get(self, tenant: str, job_id: str) -> Job:
@@ -330,7 +331,7 @@ class LocalStore:
             self._cancel_group(record, reason, now)
         else:
             self._cancel_job(record, reason, now)
-        self._wake(claimable=False)
+        self._wake()
         return CancelResult(self._snapshot(record), cancelled=True)
 
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
@@ -393,7 +394,7 @@ class LocalStore:
         if stage:
             record.stage = stage
         record.update_time = now
-        self._wake(claimable=False)
+        self._wake()
         return HeartbeatResult(_dt(record.lease_deadline), cancel_requested=False)
 
     async def set_result(
@@ -431,7 +432,7 @@ class LocalStore:
         else:
             record.error_code, record.error_message = error_code, error_message
             self._end(record, JobStatus.FAILED, now)
-        self._wake(claimable=False)
+        self._wake()
         return self._snapshot(record)
 
     # -- operations ----------------------------------------------------------
@@ -450,7 +451,7 @@ class LocalStore:
         finally:
             self._captured = None
         if events or promoted:
-            self._wake(claimable=promoted)
+            self._wake()
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
@@ -602,7 +603,7 @@ class LocalStore:
                 break
             claimed.append(self._lease(record, worker_id, now))
         if claimed:
-            self._wake(claimable=False)
+            self._wake()
         return claimed
 
     def _next_ready(self, models: Iterable[str]) -> _Record | None:
@@ -696,6 +697,7 @@ class LocalStore:
         self._seq += 1
         record.seq = self._seq
         self._queue_of(record).append(record.id)
+        self._claimable_pending = True
         self._start_queue_clock(record, now)
 
     def _start_queue_clock(self, record: _Record, now: float) -> None:
@@ -744,6 +746,7 @@ class LocalStore:
             heapq.heappush(self._retry_heap, (record.ready_at, record.id))
         else:
             self._queue_of(record).restore(record.id)
+            self._claimable_pending = True
 
     def _cancel_job(self, record: _Record, reason: str, now: float) -> None:
         record.cancel_requested = record.status is JobStatus.PROCESSING
@@ -852,6 +855,7 @@ class LocalStore:
             if record and record.status is JobStatus.QUEUED and record.ready_at == ready_at:
                 record.ready_at = 0.0
                 self._queue_of(record).restore(job_id)
+                self._claimable_pending = True
                 promoted = True
         return promoted
 
@@ -966,11 +970,12 @@ class LocalStore:
         if self._closed:
             raise StoreUnavailable("the store is closed")
 
-    def _wake(self, *, claimable: bool) -> None:
+    def _wake(self) -> None:
         """Wake watchers and event readers; claimers too when jobs became claimable."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-        if claimable or self._closed:
+        if self._claimable_pending or self._closed:
+            self._claimable_pending = False
             ready, self._claimable = self._claimable, asyncio.Event()
             ready.set()
 

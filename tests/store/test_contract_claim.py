@@ -9,13 +9,15 @@ from datetime import timedelta
 import pytest
 
 from store import InvalidRequest, JobCancelled, LeaseLost, Store
-from store.model import JobStatus, Priority
+from store.model import ClaimedJob, JobStatus, Priority
+from tests.helpers import assert_eventually
 from tests.store.conftest import (
     MODEL,
     TENANT,
     MakeStore,
     claim_one,
     complete,
+    submit_group,
     submit_one,
 )
 
@@ -107,6 +109,52 @@ async def test_waiting_claim_ignores_jobs_for_other_models(store: Store) -> None
     await asyncio.sleep(0.05)
     await submit_one(store, model="other")
     assert await waiting == []
+
+
+async def start_waiting_claim(store: Store) -> asyncio.Task[list[ClaimedJob]]:
+    """A claim long-polling for 10 s, already waiting when this returns."""
+    waiting = asyncio.create_task(store.claim("waiter", [MODEL], wait=timedelta(seconds=10)))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    return waiting
+
+
+async def test_waiting_claim_wakes_when_a_held_child_is_released(store: Store) -> None:
+    group = await submit_group(store, 2, max_parallel=1)
+    first = await claim_one(store)
+    waiting = await start_waiting_claim(store)
+    await complete(store, first)
+    claimed = await asyncio.wait_for(waiting, timeout=2)
+    assert [c.job.id for c in claimed] == [group.children[1].id]
+
+
+async def test_waiting_claim_wakes_when_recovery_requeues_a_job(make_store: MakeStore) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.2))
+    job = await submit_one(store)
+    await claim_one(store)
+    waiting = await start_waiting_claim(store)
+
+    async def requeued() -> bool:
+        await store.recover()
+        return waiting.done()
+
+    await assert_eventually(requeued)
+    assert [c.job.id for c in waiting.result()] == [job.id]
+
+
+async def test_waiting_claim_wakes_when_a_retry_becomes_due(make_store: MakeStore) -> None:
+    store = await make_store(retry_backoff_base=timedelta(seconds=0.2))
+    job = await submit_one(store)
+    claimed = await claim_one(store)
+    await store.set_result(job.id, claimed.lease_id, JobStatus.FAILED, retryable=True)
+    waiting = await start_waiting_claim(store)
+
+    async def promoted() -> bool:
+        await store.recover()
+        return waiting.done()
+
+    await assert_eventually(promoted)
+    assert [c.job.id for c in waiting.result()] == [job.id]
 
 
 # -- what a claim stamps --------------------------------------------------------------
