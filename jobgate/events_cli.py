@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(
             f"unsupported --redis-url {args.redis_url!r}: use redis://HOST:PORT/DB", EXIT_USAGE
         )
+    # The store's own warnings (reconnects, persistence settings) are for the
+    # servers' logs; here they would interleave with the events and the error.
+    logging.basicConfig(level=logging.ERROR, format="jobgate events: %(levelname)s: %(message)s")
     formatter = format_json if args.json else format_human
     try:
         return asyncio.run(_read_events(args, formatter, sys.stdout))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -211,24 +212,33 @@ class LineReader:
         return got
 
 
-@pytest.fixture
-def follower(redis_server: RedisServer, partition: str) -> Iterator[subprocess.Popen[str]]:
+@contextlib.contextmanager
+def following(redis: RedisServer, partition: str) -> Iterator[subprocess.Popen[str]]:
+    """`jobgate events --follow --json` as a subprocess, killed if still running."""
     process = subprocess.Popen(
         [sys.executable, "-m", "jobgate.cli", "events", "--follow", "--json",
-         *redis_args(redis_server, partition)],
+         *redis_args(redis, partition)],
         cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.wait(timeout=10)
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def follower(redis_server: RedisServer, partition: str) -> Iterator[subprocess.Popen[str]]:
+    with following(redis_server, partition) as process:
+        yield process
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
@@ -247,3 +257,17 @@ def test_follow_prints_the_backlog_then_new_events_until_a_signal_then_exits_0(
     assert follower.wait(timeout=10) == 0
     assert follower.stderr is not None
     assert "Traceback" not in follower.stderr.read()
+
+
+def test_follow_exits_1_with_one_line_when_redis_goes_away(
+    own_redis: RedisServer, partition: str
+) -> None:
+    finished_job(own_redis, partition)
+    with following(own_redis, partition) as process:
+        LineReader(process).read(3)
+        own_redis.kill()
+        assert process.wait(timeout=15) == 1
+        assert process.stderr is not None
+        err = process.stderr.read()
+    assert err.startswith("jobgate events: error: ")
+    assert len(err.splitlines()) == 1, err
