@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import timedelta
@@ -65,6 +66,8 @@ SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
 MAX_CLAIM = 64
+
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
 
 # Redis error replies that mean "not available right now", not a bug.
 _UNAVAILABLE_PREFIXES = ("LOADING", "BUSY", "MISCONF", "READONLY", "MASTERDOWN", "TRYAGAIN")
@@ -213,7 +216,7 @@ class RedisStore:
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
-            "max_attempts": spec.max_attempts or s.max_attempts,
+            "max_attempts": max(1, spec.max_attempts or s.max_attempts),
             "queue_timeout": to_ms(spec.queue_timeout or s.queue_timeout),
             "run_timeout": to_ms(spec.run_timeout or s.run_timeout),
             "idempotency_key": idempotency_key,
@@ -422,6 +425,8 @@ class RedisStore:
         block: timedelta | None = None,
     ) -> list[JobEvent]:
         self._check_open()
+        if not _STREAM_ID.fullmatch(after):
+            raise InvalidRequest("after", f"not an event id: {after!r}")
         streams: dict[Any, Any] = {self.keys.events: after}
         with _translated("events"):
             if block is None:
