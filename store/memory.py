@@ -17,7 +17,7 @@ import asyncio
 import heapq
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -216,6 +216,69 @@ class _Record:
     completed_children: int = 0
 
 
+Current = Callable[["_Record", float, str], bool]
+
+
+class _Deadlines:
+    """One kind of deadline in a min-heap of (deadline, job id, token).
+
+    Entries are never removed when a transition makes them stale; `due`
+    skips them, and `push` sweeps them out once they outnumber the live jobs
+    twice over, so memory stays proportional to live jobs.
+    """
+
+    def __init__(self, is_current: Current) -> None:
+        self._heap: list[tuple[float, str, str]] = []
+        self._is_current = is_current
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, deadline: float, job_id: str, token: str = "") -> None:
+        heapq.heappush(self._heap, (deadline, job_id, token))
+
+    def sweep(self, jobs: dict[str, _Record], live: int) -> None:
+        if len(self._heap) <= 2 * live + 1024:
+            return
+        self._heap = [entry for entry in self._heap if self._current(jobs, entry)]
+        heapq.heapify(self._heap)
+
+    def due(self, now: float, jobs: dict[str, _Record]) -> Iterator[_Record]:
+        """Pop every entry due by `now`; yield the records each still applies to."""
+        while self._heap and self._heap[0][0] <= now:
+            entry = heapq.heappop(self._heap)
+            if self._current(jobs, entry):
+                yield jobs[entry[1]]
+
+    def _current(self, jobs: dict[str, _Record], entry: tuple[float, str, str]) -> bool:
+        record = jobs.get(entry[1])
+        return record is not None and self._is_current(record, entry[0], entry[2])
+
+
+def _lease_is_current(record: _Record, deadline: float, lease_id: str) -> bool:
+    return (
+        record.status is JobStatus.PROCESSING
+        and record.lease_id == lease_id
+        and record.lease_deadline == deadline
+    )
+
+
+def _run_is_current(record: _Record, deadline: float, lease_id: str) -> bool:
+    return record.status is JobStatus.PROCESSING and record.lease_id == lease_id
+
+
+def _retry_is_current(record: _Record, ready_at: float, _: str) -> bool:
+    return record.status is JobStatus.QUEUED and record.ready_at == ready_at
+
+
+def _queue_wait_is_current(record: _Record, deadline: float, _: str) -> bool:
+    return record.status is JobStatus.QUEUED and record.queue_deadline == deadline
+
+
+def _expiry_is_current(record: _Record, expire_at: float, _: str) -> bool:
+    return record.expire_at == expire_at
+
+
 def _dt(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=UTC)
 
@@ -251,11 +314,11 @@ class LocalStore:
         self._live_total = 0
         self._in_flight: dict[str, int] = {}
         # Deadline heaps; an entry is acted on only if the record still matches it.
-        self._lease_heap: list[tuple[float, str, str]] = []
-        self._run_heap: list[tuple[float, str, str]] = []
-        self._retry_heap: list[tuple[float, str]] = []
-        self._queue_heap: list[tuple[float, str]] = []
-        self._expiry_heap: list[tuple[float, str]] = []
+        self._leases = _Deadlines(_lease_is_current)
+        self._runs = _Deadlines(_run_is_current)
+        self._retries = _Deadlines(_retry_is_current)
+        self._queue_waits = _Deadlines(_queue_wait_is_current)
+        self._expiries = _Deadlines(_expiry_is_current)
         self._events: list[JobEvent] = []
         self._first_event = 1
         self._next_event = 1
@@ -283,8 +346,9 @@ class LocalStore:
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         self._check_open()
         now = self._clock()
-        fingerprint = request.fingerprint()
         key = request.idempotency_key
+        # Only a keyed request is ever compared, so only it pays for the digest.
+        fingerprint = request.fingerprint() if key else ""
         if key:
             existing = self._keyed(request.tenant, key, now)
             if existing is not None:
@@ -389,7 +453,7 @@ class LocalStore:
         if record.status is not JobStatus.PROCESSING:
             raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
-        heapq.heappush(self._lease_heap, (record.lease_deadline, job_id, lease_id))
+        self._push(self._leases, record.lease_deadline, record, lease_id)
         record.progress = min(1.0, max(0.0, progress))
         if stage:
             record.stage = stage
@@ -631,8 +695,8 @@ class LocalStore:
         record.start_time = now
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
         record.run_deadline = now + record.run_timeout
-        heapq.heappush(self._lease_heap, (record.lease_deadline, record.id, record.lease_id))
-        heapq.heappush(self._run_heap, (record.run_deadline, record.id, record.lease_id))
+        self._push(self._leases, record.lease_deadline, record, record.lease_id)
+        self._push(self._runs, record.run_deadline, record, record.lease_id)
         self._transition(record, JobStatus.PROCESSING, now)
         if record.parent_id:
             parent = self._jobs[record.parent_id]
@@ -702,7 +766,7 @@ class LocalStore:
 
     def _start_queue_clock(self, record: _Record, now: float) -> None:
         record.queue_deadline = now + record.queue_timeout
-        heapq.heappush(self._queue_heap, (record.queue_deadline, record.id))
+        self._push(self._queue_waits, record.queue_deadline, record)
 
     def _queue_of(self, record: _Record) -> _OrderedQueue:
         key = (record.model, record.priority)
@@ -743,7 +807,7 @@ class LocalStore:
                 base * 2 ** (record.attempts - 1), self.settings.retry_backoff_max.total_seconds()
             )
             record.ready_at = now + delay
-            heapq.heappush(self._retry_heap, (record.ready_at, record.id))
+            self._push(self._retries, record.ready_at, record)
         else:
             self._queue_of(record).restore(record.id)
             self._claimable_pending = True
@@ -819,61 +883,44 @@ class LocalStore:
         record.expire_at = now + self.settings.result_ttl.total_seconds()
         for child_id in record.children:
             self._jobs[child_id].expire_at = record.expire_at
-        heapq.heappush(self._expiry_heap, (record.expire_at, record.id))
+        self._expiries.push(record.expire_at, record.id)
 
     # -- recovery ------------------------------------------------------------
 
+    def _push(
+        self, deadlines: _Deadlines, deadline: float, record: _Record, token: str = ""
+    ) -> None:
+        deadlines.push(deadline, record.id, token)
+        deadlines.sweep(self._jobs, self._live_total)
+
     def _recover_run_timeouts(self, now: float) -> None:
-        heap = self._run_heap
-        while heap and heap[0][0] <= now:
-            _, job_id, lease_id = heapq.heappop(heap)
-            record = self._jobs.get(job_id)
-            if record and record.status is JobStatus.PROCESSING and record.lease_id == lease_id:
-                message = f"attempt {record.attempts} ran past its run_timeout"
-                self._retry_or_exhaust(record, ERROR_RUN_TIMEOUT, message, now, backoff=True)
+        for record in self._runs.due(now, self._jobs):
+            message = f"attempt {record.attempts} ran past its run_timeout"
+            self._retry_or_exhaust(record, ERROR_RUN_TIMEOUT, message, now, backoff=True)
 
     def _recover_leases(self, now: float) -> None:
-        heap = self._lease_heap
-        while heap and heap[0][0] <= now:
-            deadline, job_id, lease_id = heapq.heappop(heap)
-            record = self._jobs.get(job_id)
-            if (
-                record
-                and record.status is JobStatus.PROCESSING
-                and record.lease_id == lease_id
-                and record.lease_deadline == deadline
-            ):
-                message = f"lease of attempt {record.attempts} expired"
-                self._retry_or_exhaust(record, ERROR_LEASE_EXPIRED, message, now, backoff=False)
+        for record in self._leases.due(now, self._jobs):
+            message = f"lease of attempt {record.attempts} expired"
+            self._retry_or_exhaust(record, ERROR_LEASE_EXPIRED, message, now, backoff=False)
 
     def _recover_retries(self, now: float) -> bool:
         promoted = False
-        heap = self._retry_heap
-        while heap and heap[0][0] <= now:
-            ready_at, job_id = heapq.heappop(heap)
-            record = self._jobs.get(job_id)
-            if record and record.status is JobStatus.QUEUED and record.ready_at == ready_at:
-                record.ready_at = 0.0
-                self._queue_of(record).restore(job_id)
-                self._claimable_pending = True
-                promoted = True
+        for record in self._retries.due(now, self._jobs):
+            record.ready_at = 0.0
+            self._queue_of(record).restore(record.id)
+            self._claimable_pending = True
+            promoted = True
         return promoted
 
     def _recover_queue_timeouts(self, now: float) -> None:
-        heap = self._queue_heap
-        while heap and heap[0][0] <= now:
-            deadline, job_id = heapq.heappop(heap)
-            record = self._jobs.get(job_id)
-            if record and record.status is JobStatus.QUEUED and record.queue_deadline == deadline:
-                record.error_code = ERROR_QUEUE_TIMEOUT
-                record.error_message = "queued longer than its queue_timeout"
-                self._end(record, JobStatus.FAILED, now)
+        for record in self._queue_waits.due(now, self._jobs):
+            record.error_code = ERROR_QUEUE_TIMEOUT
+            record.error_message = "queued longer than its queue_timeout"
+            self._end(record, JobStatus.FAILED, now)
 
     def _recover_expiries(self, now: float) -> None:
-        heap = self._expiry_heap
-        while heap and heap[0][0] <= now:
-            _, job_id = heapq.heappop(heap)
-            self._fresh(job_id, now)
+        for record in self._expiries.due(now, self._jobs):
+            self._fresh(record.id, now)
 
     # -- reads ---------------------------------------------------------------
 

@@ -169,3 +169,19 @@ async def test_claimed_snapshots_are_copies() -> None:
     assert isinstance(claimed.job.labels, dict)
     claimed.job.labels["a"] = "2"
     assert (await store.get(TENANT, claimed.job.id)).labels == {"a": "1"}
+
+
+async def test_stale_deadlines_are_swept_so_memory_follows_live_jobs() -> None:
+    store = LocalStore(StoreSettings())
+    await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
+    held = (await store.claim("w1", [MODEL]))[0]
+    for _ in range(3000):
+        await store.heartbeat(held.job.id, held.lease_id, 0.0, "")
+        await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
+        claimed = (await store.claim("w1", [MODEL]))[0]
+        await store.set_result(claimed.job.id, claimed.lease_id, JobStatus.COMPLETED)
+    # Each finished attempt left a run deadline an hour away, and each
+    # heartbeat a superseded lease deadline; only one job is live.
+    assert len(store._runs) <= 2 * 1 + 1024
+    assert len(store._leases) <= 2 * 1 + 1024
+    assert len(store._queue_waits) <= 2 * 1 + 1024
