@@ -454,11 +454,12 @@ class LocalStore:
             raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
         self._push(self._leases, record.lease_deadline, record, lease_id)
-        record.progress = min(1.0, max(0.0, progress))
-        if stage:
-            record.stage = stage
-        record.update_time = now
-        self._wake()
+        progress = min(1.0, max(0.0, progress))
+        stage = stage or record.stage
+        if (progress, stage) != (record.progress, record.stage):
+            record.progress, record.stage = progress, stage
+            record.update_time = now
+            self._wake()
         return HeartbeatResult(_dt(record.lease_deadline), cancel_requested=False)
 
     async def set_result(
