@@ -85,6 +85,23 @@ def caps_deployment(
 
 
 @pytest.fixture(scope="session", params=TOPOLOGIES)
+def ttl_deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A deployment whose finished jobs expire after one second (--result-ttl 1)."""
+    workdir = tmp_path_factory.mktemp(f"ttl-{request.param}")
+    running = start_deployment(request, workdir, {**FAST_SETTINGS, "result-ttl": "1"})
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def ttl_api(ttl_deployment: Deployment, tenant: str) -> AsyncIterator[Api]:
+    async with api_factory(ttl_deployment) as make:
+        yield make(tenant_metadata(tenant), ())
+
+
+@pytest.fixture(scope="session", params=TOPOLOGIES)
 def auth_deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:

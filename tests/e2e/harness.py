@@ -50,6 +50,7 @@ class ServerProcess:
     argv: list[str]
     log_path: Path
     health_target: str
+    env: Mapping[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     _log_file: IO[bytes] | None = None
 
@@ -59,7 +60,7 @@ class ServerProcess:
             self.argv,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            env=server_environment(),
+            env={**server_environment(), **self.env},
             cwd=REPO_ROOT,
         )
 
@@ -187,13 +188,15 @@ def command(name: str, settings: Mapping[str, str]) -> list[str]:
     return [sys.executable, "-m", "jobgate.cli", name, *flag_list(settings)]
 
 
-def embedded_deployment(workdir: Path, settings: Mapping[str, str]) -> Deployment:
+def embedded_deployment(
+    workdir: Path, settings: Mapping[str, str], env: Mapping[str, str] = {}
+) -> Deployment:
     """`jobgate serve` on the embedded store: both services in one process."""
     workdir.mkdir(parents=True, exist_ok=True)
     job_target, worker_target = loopback(), loopback()
     full = {**settings, "listen": job_target, "worker-listen": worker_target}
     process = ServerProcess(
-        "serve", command("serve", full), workdir / "serve.log", health_target=job_target
+        "serve", command("serve", full), workdir / "serve.log", health_target=job_target, env=env
     )
     return Deployment("embedded", [job_target], [worker_target], [process], workdir, full)
 
@@ -281,3 +284,19 @@ def attach_server_logs(item: pytest.Item, report: pytest.TestReport) -> None:
     for name, value in getattr(item, "funcargs", {}).items():
         if isinstance(value, Deployment):
             report.sections.append((f"server logs: {name} ({value.topology})", value.logs()))
+
+
+def run_to_exit(
+    name: str, settings: Mapping[str, str], timeout: float = 20.0, env: Mapping[str, str] = {}
+) -> tuple[int, str]:
+    """Run a server command expected to refuse to start; return its exit code and output."""
+    completed = subprocess.run(
+        command(name, settings),
+        capture_output=True,
+        env={**server_environment(), **env},
+        cwd=REPO_ROOT,
+        timeout=timeout,
+        check=False,
+    )
+    output = (completed.stdout + completed.stderr).decode(errors="replace")
+    return completed.returncode, output

@@ -7,6 +7,7 @@ about a second of a lease's expiry.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 
@@ -16,6 +17,9 @@ from tests.e2e.conftest import ApiFactory
 from tests.helpers import assert_eventually
 
 EXPIRY_WAIT = 10.0
+LEASE_TIMEOUT = 2.0
+# "About one second" of recovery delay, plus room for a busy 2-core CI machine.
+RECOVERY_SLACK = 2.0
 
 
 async def wait_for_status(api: Api, job_id: str, status: int, timeout: float = EXPIRY_WAIT) -> None:
@@ -55,6 +59,24 @@ async def test_expired_lease_requeues_the_job_at_its_original_place(api: Api, mo
     assert again.job.attempts == 2
     assert again.lease_id != claimed.lease_id
     assert (await api.get(second.id)).status == QUEUED
+
+
+async def test_an_expired_lease_is_recovered_after_the_lease_timeout_not_before(
+    api: Api, model: str
+) -> None:
+    job = await api.submit(model)
+    before_claim = time.monotonic()
+    await api.claim_one(model)
+    after_claim = time.monotonic()
+
+    await wait_for_status(api, job.id, QUEUED)
+    requeued_at = time.monotonic()
+
+    # DESIGN: --lease-timeout 2 here; recovery acts within about a second of the expiry.
+    assert requeued_at - before_claim >= LEASE_TIMEOUT - 0.05, "the lease expired early"
+    assert requeued_at - after_claim <= LEASE_TIMEOUT + RECOVERY_SLACK, (
+        f"requeued {requeued_at - after_claim:.2f}s after the claim"
+    )
 
 
 async def test_heartbeat_with_a_stale_lease_is_lease_lost_and_changes_nothing(
