@@ -43,6 +43,7 @@ class Listener:
         self._notifier = notifier
         self.topics: set[str] = set(topics)
         self.event = asyncio.Event()
+        self.waiting = False
 
     def add(self, topic: str) -> None:
         if topic not in self.topics:
@@ -55,8 +56,12 @@ class Listener:
     async def wait(self, timeout: float) -> None:
         """Return on a message, on timeout or at close; raise if pub/sub is down."""
         self._notifier.check()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+        self.waiting = True
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.event.wait(), timeout)
+        finally:
+            self.waiting = False
         self._notifier.check()
 
 
@@ -105,6 +110,10 @@ class Notifier:
                     waiting.discard(listener)
                     if not waiting:
                         del self._listeners[topic]
+
+    def waiters(self, topic: str) -> int:
+        """Listeners of `topic` blocked in wait() right now."""
+        return sum(listener.waiting for listener in self._listeners.get(topic, ()))
 
     def _index(self, listener: Listener, topic: str) -> None:
         self._listeners.setdefault(topic, set()).add(listener)

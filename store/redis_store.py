@@ -244,7 +244,7 @@ class RedisStore:
                 **parent,
                 "kind": "group",
                 "priority": int(request.priority),
-                "max_parallel": work.max_parallel,
+                "max_parallel": max(0, work.max_parallel),
                 "jobs": children,
             }
             return spec, [child.payload for child in work.children]
@@ -308,6 +308,10 @@ class RedisStore:
                 await listener.wait(min(remaining, SAFETY_RECHECK))
                 if self._closed:
                     return []
+
+    def waiting_claims(self, model: str) -> int:
+        """Claims on this RedisStore blocked waiting for `model` (tests, debugging)."""
+        return self._notifier.waiters(f"r {model}")
 
     async def _claim_once(
         self, worker_id: str, models: list[str], max_jobs: int

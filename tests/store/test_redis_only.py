@@ -73,15 +73,32 @@ async def store(make_store: StoreFactory) -> RedisStore:
     return await make_store()
 
 
+async def eq(value: Awaitable[object], expected: object) -> bool:
+    return await value == expected
+
+
 async def info(raw: Redis, section: str) -> dict[str, Any]:
     result: dict[str, Any] = await raw.info(section)
     return result
 
 
-async def measure_unavailable(call: Awaitable[object], stop: Callable[[], None]) -> float:
-    """Seconds from `stop()` until `call` raised StoreUnavailable."""
+async def claim_waiting(store: RedisStore) -> bool:
+    """True once a claim on `store` found nothing and is blocked waiting."""
+    return store.waiting_claims(MODEL) > 0
+
+
+async def expired_leases(raw: Redis, store: RedisStore) -> int:
+    """Leases past their deadline by Redis' clock (what recover() would handle)."""
+    seconds, micros = await raw.time()
+    return int(await raw.zcount(store.keys.leases, "-inf", seconds * 1000 + micros // 1000))
+
+
+async def measure_unavailable(
+    store: RedisStore, call: Awaitable[object], stop: Callable[[], None]
+) -> float:
+    """Seconds from `stop()` until `call` (a waiting claim) raised StoreUnavailable."""
     task = asyncio.ensure_future(call)
-    await asyncio.sleep(0.1)  # let the call reach Redis (a claim is waiting by now)
+    await assert_eventually(lambda: claim_waiting(store))
     started = time.monotonic()
     stop()
     with pytest.raises(StoreUnavailable):
@@ -110,14 +127,14 @@ async def test_stopped_redis_fails_a_waiting_claim_within_a_second(
     store: RedisStore, server: RedisServer
 ) -> None:
     waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
-    assert await measure_unavailable(waiting, server.stop) < 1.0
+    assert await measure_unavailable(store, waiting, server.stop) < 1.0
 
 
 async def test_killed_redis_fails_a_waiting_claim_within_a_second(
     store: RedisStore, server: RedisServer
 ) -> None:
     waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
-    assert await measure_unavailable(waiting, server.kill) < 1.0
+    assert await measure_unavailable(store, waiting, server.kill) < 1.0
 
 
 def pause(server: RedisServer) -> None:
@@ -136,7 +153,7 @@ async def test_a_hung_redis_fails_a_waiting_claim_within_two_seconds(
 ) -> None:
     waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
     try:
-        assert await measure_unavailable(waiting, lambda: pause(server)) < 2.0
+        assert await measure_unavailable(store, waiting, lambda: pause(server)) < 2.0
     finally:
         resume(server)
 
@@ -193,7 +210,7 @@ async def test_waiting_claims_work_again_after_redis_returns(
     async def claim_waits() -> bool:
         try:
             waiting = asyncio.ensure_future(store.claim("w1", [MODEL], wait=timedelta(seconds=5)))
-            await asyncio.sleep(0.05)
+            await assert_eventually(lambda: claim_waiting(store), timeout=2)
             await other.submit(request())
             return len(await asyncio.wait_for(waiting, 2)) == 1
         except StoreUnavailable:
@@ -207,7 +224,7 @@ async def test_lost_notification_connection_fails_waiters_promptly(
     store: RedisStore, raw: Redis
 ) -> None:
     waiting = asyncio.ensure_future(store.claim("w1", [MODEL], wait=timedelta(seconds=10)))
-    await asyncio.sleep(0.1)
+    await assert_eventually(lambda: claim_waiting(store))
     started = time.monotonic()
     await raw.client_kill_filter(_type="pubsub")
     with pytest.raises(StoreUnavailable):
@@ -333,8 +350,7 @@ async def test_every_key_of_a_partition_shares_one_hash_tag(
     await store.submit(group_request(3, max_parallel=1))
     claimed = await store.claim("w1", [MODEL], max_jobs=2)
     await store.set_result(claimed[0].job.id, claimed[0].lease_id, JobStatus.COMPLETED, b"r")
-    await asyncio.sleep(0.15)
-    await store.recover()
+    await assert_eventually(store.recover)  # the other lease expires
     await store.acquire_leadership("me", timedelta(seconds=5))
     keys = [key.decode() async for key in raw.scan_iter(count=1000)]
     assert len(keys) > 10
@@ -355,7 +371,7 @@ async def test_recover_touches_only_what_expired(
     for _ in range(5):
         await patient.submit(request())
     await hasty.claim("w2", [MODEL], max_jobs=5)
-    await asyncio.sleep(0.1)
+    await assert_eventually(lambda: eq(expired_leases(raw, patient), 5))
     before = (await info(raw, "stats"))["total_commands_processed"]
     events = await patient.recover()
     commands = (await info(raw, "stats"))["total_commands_processed"] - before
@@ -438,7 +454,7 @@ async def test_recovery_drops_an_orphan_lease_and_never_recreates_its_record(
     job = (await store.submit(request())).job
     await store.claim("w1", [MODEL])
     await raw.delete(store.keys.job(job.id))
-    await asyncio.sleep(0.1)
+    await assert_eventually(lambda: eq(expired_leases(raw, store), 1))
     assert await store.recover() == []
     assert await raw.exists(store.keys.job(job.id)) == 0
     assert await raw.zscore(store.keys.leases, job.id) is None
@@ -489,7 +505,7 @@ async def test_a_claim_waiting_on_one_replica_wakes_on_a_submit_to_another(
 ) -> None:
     worker_side, gateway_side = await make_store(), await make_store()
     waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=10)))
-    await asyncio.sleep(0.1)
+    await assert_eventually(lambda: claim_waiting(worker_side))
     started = time.monotonic()
     job = (await gateway_side.submit(request())).job
     claimed = await asyncio.wait_for(waiting, 5)
@@ -498,14 +514,15 @@ async def test_a_claim_waiting_on_one_replica_wakes_on_a_submit_to_another(
 
 
 async def test_a_claim_waiting_on_one_replica_wakes_on_a_release_by_another(
-    make_store: StoreFactory,
+    make_store: StoreFactory, raw: Redis
 ) -> None:
     worker_side = await make_store()
     other = await make_store(lease_timeout=timedelta(seconds=0.05))
     job = (await other.submit(request())).job
     await other.claim("w0", [MODEL])
     waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=10)))
-    await asyncio.sleep(0.1)
+    await assert_eventually(lambda: claim_waiting(worker_side))
+    await assert_eventually(lambda: eq(expired_leases(raw, other), 1))
     started = time.monotonic()
     await other.recover()
     claimed = await asyncio.wait_for(waiting, 5)
