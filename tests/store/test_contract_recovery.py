@@ -307,3 +307,34 @@ async def test_leadership_is_held_by_one_holder_until_it_expires(store: Store) -
 
     await assert_eventually(taken_over)
     assert not await store.acquire_leadership("a", timedelta(seconds=0.3))
+
+
+async def test_concurrent_recover_calls_handle_each_due_item_once(make_store: MakeStore) -> None:
+    store = await make_store(lease_timeout=SHORT_LEASE)
+    jobs = [await submit_one(store) for _ in range(20)]
+    await store.claim("w1", [MODEL], max_jobs=20)
+    lease_over = time.time() + SHORT_LEASE.total_seconds() + 0.05
+
+    async def past_the_leases() -> bool:
+        return time.time() > lease_over
+
+    await assert_eventually(past_the_leases)
+    results = await asyncio.gather(*(store.recover() for _ in range(4)))
+    requeued = sorted(e.job_id for events in results for e in events)
+    assert requeued == sorted(job.id for job in jobs)
+
+
+async def test_a_late_heartbeat_before_recovery_keeps_the_lease(make_store: MakeStore) -> None:
+    store = await make_store(lease_timeout=SHORT_LEASE)
+    job = await submit_one(store)
+    claimed = await claim_one(store)
+    lease_over = claimed.lease_expire_time.timestamp() + 0.05
+
+    async def past_the_lease() -> bool:
+        return time.time() > lease_over
+
+    await assert_eventually(past_the_lease)
+    beat = await store.heartbeat(job.id, claimed.lease_id, 0.5, "")
+    assert beat.lease_expire_time.timestamp() > lease_over
+    assert await store.recover() == []
+    assert (await store.get(TENANT, job.id)).status is JobStatus.PROCESSING
