@@ -177,7 +177,7 @@ async def test_run_timeout_on_the_last_attempt_fails_the_job(make_store: MakeSto
 
 
 async def test_retryable_failure_requeues_only_after_the_backoff(make_store: MakeStore) -> None:
-    store = await make_store(retry_backoff_base=timedelta(seconds=0.6))
+    store = await make_store(retry_backoff_base=timedelta(seconds=1))
     job = await submit_one(store)
     claimed = await claim_one(store)
     after = await store.set_result(
