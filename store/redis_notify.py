@@ -73,6 +73,7 @@ class Notifier:
         self._task: asyncio.Task[None] | None = None
         self._error: str | None = "not started"
         self._closed = False
+        self._current: Any = None  # the live PubSub, closed by close()
 
     @property
     def closed(self) -> bool:
@@ -94,6 +95,10 @@ class Notifier:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._current is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._current.aclose()
+            self._current = None
         self._wake_all()
 
     @contextlib.contextmanager
@@ -134,10 +139,13 @@ class Notifier:
 
     async def _subscribe(self) -> Any:
         pubsub = self._client_factory().pubsub(ignore_subscribe_messages=True)
+        self._current = pubsub
         try:
             await pubsub.subscribe(self._channel)
         except (RedisError, OSError) as error:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            self._current = None
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
             raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
         return pubsub
 
@@ -155,6 +163,7 @@ class Notifier:
                 self._error = str(error) or type(error).__name__
                 log.warning("redis notifications lost (%s); reconnecting", self._error)
                 self._wake_all()
+                self._current = None
                 with contextlib.suppress(RedisError, OSError):
                     await pubsub.aclose()
                 pubsub = await self._reconnect()
@@ -162,8 +171,6 @@ class Notifier:
                 continue
             if message is not None:
                 self._dispatch(message)
-        with contextlib.suppress(RedisError, OSError):
-            await pubsub.aclose()
 
     async def _reconnect(self) -> Any:
         while True:
