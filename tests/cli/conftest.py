@@ -14,7 +14,7 @@ from tests.e2e.harness import Deployment, embedded_deployment, server_environmen
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Models the test worker serves; any other model's jobs stay queued.
-SERVED = ("cli-echo", "cli-fail", "cli-staged")
+SERVED = ("cli-echo", "cli-fail", "cli-staged", "cli-gate")
 
 
 @dataclass

@@ -59,10 +59,11 @@ def test_get_output_writes_the_raw_result(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_watch_shows_each_stage_with_its_progress_then_the_outcome(cli: Cli) -> None:
-    # Each stage lasts longer than the worker's progress interval (0.5 s), so each is sent.
-    job_id = submitted_id(cli, "--model", "cli-staged", "--data", "good", "--label", "pause=0.7")
+    # Each stage lasts longer than the worker's progress interval (0.5 s), so each is
+    # sent; --wait follows from the moment of submission, so none is missed.
+    args = ("--model", "cli-staged", "--data", "good", "--label", "pause=0.8")
 
-    result = cli.run("watch", job_id)
+    result = cli.run("submit", *args, "--wait")
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
@@ -74,7 +75,7 @@ def test_watch_shows_each_stage_with_its_progress_then_the_outcome(cli: Cli) -> 
         "postprocess",
     ]
     assert any("%" in line and "[" in line for line in lines)
-    assert lines[-1].startswith(f"{job_id} COMPLETED")
+    assert lines[-1].split()[1] == "COMPLETED"
 
 
 def test_watch_exits_1_with_the_error_when_the_job_fails(cli: Cli) -> None:
@@ -175,11 +176,17 @@ def test_bad_input_is_a_usage_error_with_exit_2(cli: Cli, tmp_path: Path) -> Non
         assert "Traceback" not in result.stderr
 
 
-def test_watch_waits_for_a_job_that_is_running(cli: Cli) -> None:
-    job_id = submitted_id(cli, "--model", "cli-staged", "--data", "x", "--label", "pause=0.2")
-    wait_until(lambda: "PROCESSING" in cli.run("get", job_id).stdout, timeout=10)
+def test_watch_follows_a_running_job_from_its_progress_to_the_end(cli: Cli, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    job_id = submitted_id(cli, "--model", "cli-gate", "--data", "x", "--label", f"gate={gate}")
+    wait_until(lambda: "waiting-for-gate" in cli.run("get", job_id).stdout, timeout=15)
+    watch = cli.popen("watch", job_id)
+    assert watch.stdout is not None
 
-    result = cli.run("watch", job_id)
+    first_line = watch.stdout.readline()
+    gate.touch()
+    rest, _ = watch.communicate(timeout=20)
 
-    assert result.returncode == 0
-    assert "COMPLETED" in result.stdout.splitlines()[-1]
+    assert first_line.strip().endswith("50% PROCESSING waiting-for-gate")
+    assert watch.returncode == 0
+    assert rest.strip().splitlines()[-1].startswith(f"{job_id} COMPLETED")

@@ -18,7 +18,7 @@ from jobgate.worker import Worker, WorkerConfig
 from tests.e2e.harness import Deployment, embedded_deployment
 
 # A short lease so that "heartbeats keep it alive" shows within a couple of seconds.
-LEASE_SECONDS = 1.5
+LEASE_SECONDS = 2.0
 SERVER_SETTINGS = {
     "lease-timeout": str(LEASE_SECONDS),
     "retry-backoff": "0.1",
