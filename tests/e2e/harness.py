@@ -51,6 +51,7 @@ class ServerProcess:
     log_path: Path
     health_target: str
     env: Mapping[str, str] = field(default_factory=dict)
+    credentials: grpc.ChannelCredentials | None = None
     process: subprocess.Popen[bytes] | None = None
     _log_file: IO[bytes] | None = None
 
@@ -73,7 +74,8 @@ class ServerProcess:
         while True:
             if self.exited:
                 raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
-            if health_status(self.health_target) == health_pb2.HealthCheckResponse.SERVING:
+            status = health_status(self.health_target, credentials=self.credentials)
+            if status == health_pb2.HealthCheckResponse.SERVING:
                 return
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"{self.name} not SERVING within {timeout}s:\n{self.log_tail()}")
@@ -126,9 +128,19 @@ def server_environment() -> dict[str, str]:
     return env
 
 
-def health_status(target: str, service: str = "", timeout: float = 1.0) -> int | None:
+def health_status(
+    target: str,
+    service: str = "",
+    timeout: float = 1.0,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> int | None:
     """The health service's answer for `service`, or None when it does not answer."""
-    with grpc.insecure_channel(target) as channel:
+    channel = (
+        grpc.insecure_channel(target)
+        if credentials is None
+        else grpc.secure_channel(target, credentials)
+    )
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)

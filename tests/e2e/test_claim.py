@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.e2e.api import INTERACTIVE, PROCESSING, Api
+import grpc
+
+from tests.e2e.api import INTERACTIVE, PROCESSING, QUEUED, Api, failure_of
+from tests.e2e.conftest import ApiFactory
+from tests.e2e.test_cancel import UNKNOWN_ID
 
 
 async def test_waiting_claim_gets_a_newly_submitted_job_at_once(api: Api, model: str) -> None:
@@ -97,3 +101,35 @@ async def test_a_processing_job_is_not_claimed_again(api: Api, model: str) -> No
     await api.claim_one(model)
 
     assert await api.claim([model], wait=0.2) == []
+
+
+async def test_one_new_job_wakes_exactly_one_of_many_waiting_claims(
+    apis: ApiFactory, api: Api, model: str
+) -> None:
+    waiters = [apis(api.client_metadata, ()) for _ in range(5)]
+    claims = [asyncio.create_task(w.claim([model], wait=1.5)) for w in waiters]
+    done, _ = await asyncio.wait(claims, timeout=0.3)
+    assert not done
+
+    job = await api.submit(model)
+    answers = await asyncio.gather(*claims)
+
+    assert sorted(len(answer) for answer in answers) == [0, 0, 0, 0, 1]
+    assert [c.job.id for answer in answers for c in answer] == [job.id]
+
+
+async def test_heartbeat_for_an_unknown_job_is_not_found(api: Api) -> None:
+    failure = await failure_of(api.heartbeat(UNKNOWN_ID, "made-up-lease"))
+
+    assert failure.code == grpc.StatusCode.NOT_FOUND, failure
+    assert failure.reason == "JOB_NOT_FOUND"
+
+
+async def test_heartbeat_with_a_made_up_lease_is_lease_lost(api: Api, model: str) -> None:
+    job = await api.submit(model)
+
+    failure = await failure_of(api.heartbeat(job.id, "made-up-lease"))
+
+    assert failure.code == grpc.StatusCode.FAILED_PRECONDITION, failure
+    assert failure.reason == "LEASE_LOST"
+    assert (await api.get(job.id)).status == QUEUED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from jobgate.v1 import job_service_pb2
+from jobgate.v1 import job_pb2, job_service_pb2
 from tests.e2e.api import (
     COMPLETED,
     ERROR_DOMAIN,
@@ -88,3 +88,28 @@ async def test_key_keeps_deduplicating_after_the_job_finished(api: Api, model: s
     assert again.job.id == first.job.id
     assert again.job.status == COMPLETED
     assert again.job.result == b"answer"
+
+
+async def test_a_group_resubmitted_with_its_key_is_reused(api: Api, model: str) -> None:
+    group = job_service_pb2.SubmitRequest(
+        idempotency_key="g-1", group=job_pb2.GroupSpec(children=[spec(model), spec(model)])
+    )
+    first = await api.submit_request(group)
+
+    again = await api.submit_request(group)
+
+    assert again.reused and again.job.id == first.job.id
+    assert len(await api.claim([model], max_jobs=10)) == 2
+
+
+async def test_a_different_group_with_the_same_key_is_already_exists(api: Api, model: str) -> None:
+    one = job_pb2.GroupSpec(children=[spec(model)])
+    two = job_pb2.GroupSpec(children=[spec(model), spec(model)])
+    await api.submit_request(job_service_pb2.SubmitRequest(idempotency_key="g-1", group=one))
+
+    failure = await failure_of(
+        api.submit_request(job_service_pb2.SubmitRequest(idempotency_key="g-1", group=two))
+    )
+
+    assert failure.code == grpc.StatusCode.ALREADY_EXISTS, failure
+    assert failure.reason == "IDEMPOTENCY_KEY_REUSED"

@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
+from jobgate.v1 import worker_service_pb2
 from tests.e2e.api import CANCELLED, COMPLETED, PROCESSING, QUEUED, Api, fresh_name, tenant_metadata
 from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
 from tests.e2e.test_stream import assert_closed_ok, next_job
+from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -164,3 +166,30 @@ async def test_concurrent_claimers_on_both_worker_servers_get_each_job_exactly_o
     final = await asyncio.gather(*(a.get(job.id) for job in submitted))
     assert {job.status for job in final} == {COMPLETED}
     assert {job.attempts for job in final} == {1}
+
+
+async def test_recovery_on_two_worker_servers_requeues_each_lapsed_job_once(
+    sides: tuple[Api, Api], model: str
+) -> None:
+    a, b = sides
+    jobs = [await a.submit(model, run_timeout=0.3, max_attempts=3) for _ in range(10)]
+    first = await a.claim([model], max_jobs=10)
+    assert len(first) == 10
+
+    async def all_requeued() -> bool:
+        stored = await asyncio.gather(*(b.get(job.id) for job in jobs))
+        assert {job.status for job in stored} == {QUEUED}
+        return True
+
+    await assert_eventually(all_requeued, timeout=10.0)
+    stored = await asyncio.gather(*(a.get(job.id) for job in jobs))
+    # A lapsed attempt is retried after the backoff, so collect with long polls.
+    again: list[worker_service_pb2.ClaimedJob] = []
+    while len(again) < len(jobs):
+        claimed = await b.claim([model], max_jobs=10, wait=3.0)
+        assert claimed, f"only {len(again)} of {len(jobs)} came back"
+        again.extend(claimed)
+
+    assert {job.attempts for job in stored} == {1}
+    assert sorted(c.job.id for c in again) == sorted(job.id for job in jobs)
+    assert {c.job.attempts for c in again} == {2}

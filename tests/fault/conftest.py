@@ -10,7 +10,13 @@ import grpc
 import pytest
 
 from tests.e2e.api import Api, fresh_name, tenant_metadata
-from tests.e2e.harness import FAST_SETTINGS, Deployment, attach_server_logs, redis_deployment
+from tests.e2e.harness import (
+    FAST_SETTINGS,
+    Deployment,
+    attach_server_logs,
+    embedded_deployment,
+    redis_deployment,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -74,3 +80,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """On failure, attach the servers' logs to the report."""
     outcome = yield
     attach_server_logs(item, outcome.get_result())  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def embedded_alone(tmp_path: Path) -> Iterator[Deployment]:
+    """`jobgate serve` of this test's own, to signal."""
+    deployment = started(embedded_deployment(tmp_path / "serve", FAST_SETTINGS))
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture
+async def embedded_api(embedded_alone: Deployment) -> AsyncIterator[Api]:
+    api, channels = await open_api(embedded_alone)
+    yield api
+    for channel in channels:
+        await channel.close(None)

@@ -68,3 +68,19 @@ async def test_sigterm_ends_an_open_stream_cleanly_and_exits_zero(
         ended = failure.reason
     code, _ = await exit_code_within(gateway, GRACE + 3)
     assert code == 0, f"gateway exit code {code} (stream ended: {ended})"
+
+
+async def test_sigterm_drains_jobgate_serve_and_exits_zero(
+    embedded_api: Api, embedded_alone: Deployment
+) -> None:
+    waiting = asyncio.create_task(embedded_api.claim([fresh_name("m")], wait=1.0))
+    done, _ = await asyncio.wait({waiting}, timeout=0.3)
+    assert not done
+    serve = only(embedded_alone, "serve")
+
+    serve.send_sigterm()
+
+    assert await asyncio.wait_for(waiting, timeout=GRACE + 1) == []
+    code, elapsed = await exit_code_within(serve, GRACE + 3)
+    assert code == 0
+    assert elapsed < GRACE + 1, f"exited {elapsed:.2f}s after SIGTERM"
