@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ DEFAULT_WORKER_TARGET = "127.0.0.1:50052"
 #: idle workers cheap while noticing a dead connection reasonably soon.
 CLAIM_WAIT = 30.0
 MAX_CLAIM_BATCH = 64
+#: An empty ClaimNext answer quicker than this was not a real long poll.
+EARLY_EMPTY_ANSWER = 0.05
 
 # Codes that mean "this worker is misconfigured": retrying will not help.
 _FATAL_CODES = {
@@ -172,6 +175,7 @@ class Worker:
                 self._slot_freed.clear()
                 await self._until_stopping(self._slot_freed.wait())
                 continue
+            polled = time.monotonic()
             try:
                 response = await self._claim(stub, min(free, MAX_CLAIM_BATCH))
             except JobgateError as error:
@@ -190,6 +194,9 @@ class Worker:
             self._link.ok()
             for claimed in response.jobs:
                 self._start(stub, claimed)
+            if not response.jobs and time.monotonic() - polled < EARLY_EMPTY_ANSWER:
+                # An empty answer long before `wait` (a draining server): don't spin.
+                await self._until_stopping(asyncio.sleep(backoff(1)))
 
     async def _claim(
         self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub, max_jobs: int
