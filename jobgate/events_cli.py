@@ -34,6 +34,7 @@ FOLLOW_BLOCK = timedelta(seconds=5)
 EXIT_OK = 0
 EXIT_STORE_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
         # `jobgate events | head`: the reader left; that is not an error.
         _silence_stdout()
         return EXIT_OK
+    except KeyboardInterrupt:
+        # Ctrl-C while printing the backlog (with --follow, SIGINT is a clean stop).
+        return EXIT_INTERRUPTED
 
 
 async def _read_events(
@@ -130,8 +134,8 @@ async def _follow(
     try:
         reader = asyncio.create_task(_tail(store, job_id, formatter, out))
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (reader, stopper):
+        done, pending = await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

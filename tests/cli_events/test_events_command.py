@@ -271,3 +271,32 @@ def test_follow_exits_1_with_one_line_when_redis_goes_away(
         err = process.stderr.read()
     assert err.startswith("jobgate events: error: ")
     assert len(err.splitlines()) == 1, err
+
+
+async def _submit_many(url: str, partition: str, count: int) -> None:
+    store = open_store(url, StoreSettings(), partition=partition)
+    await store.open()
+    try:
+        for _ in range(count):
+            await store.submit(SubmitRequest(tenant="acme", work=JobSpec(model=MODEL)))
+    finally:
+        await store.close()
+
+
+def test_a_reader_that_stops_early_is_not_an_error(
+    redis_server: RedisServer, partition: str
+) -> None:
+    # More output than a pipe buffer holds, so the write after `head` left fails.
+    asyncio.run(_submit_many(redis_server.url, partition, 600))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobgate.cli", "events", *redis_args(redis_server, partition)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert b"new -> queued" in process.stdout.readline()
+    process.stdout.close()
+    assert process.wait(timeout=20) == 0
+    assert process.stderr.read() == b""
+    process.stderr.close()
