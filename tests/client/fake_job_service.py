@@ -126,9 +126,14 @@ class FakeJobService(job_service_pb2_grpc.JobServiceServicer):
             yield job_service_pb2.StreamStatusResponse(job=item)
 
 
-async def start(service: FakeJobService) -> tuple[grpc.aio.Server, str]:
+async def start(
+    service: FakeJobService, credentials: grpc.ServerCredentials | None = None
+) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server()
     job_service_pb2_grpc.add_JobServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if credentials is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
     await server.start()
     return server, f"127.0.0.1:{port}"
