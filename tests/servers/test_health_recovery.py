@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -67,8 +69,9 @@ async def test_reflection_lists_the_services(harness: Harness) -> None:
 
 
 async def test_recovery_requeues_an_expired_lease_within_a_second(
-    make_harness: MakeHarness,
+    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="jobgate.recovery")
     harness = await make_harness(settings=ServerSettings(lease_timeout=timedelta(milliseconds=200)))
     job = await harness.submit()
     await harness.claim()
@@ -85,6 +88,9 @@ async def test_recovery_requeues_an_expired_lease_within_a_second(
         stop.set()
         await loop
     assert await harness.value("jobgate_leases_expired_total", {"model": "m"}) == 1
+    [line] = [r for r in caplog.records if r.getMessage() == "recovered"]
+    fields = vars(line)
+    assert (fields["job_id"], fields["tenant"], fields["to"]) == (job.id, "default", "queued")
 
 
 async def test_two_recovery_loops_handle_an_expiry_once(make_harness: MakeHarness) -> None:
