@@ -20,7 +20,7 @@ log = logging.getLogger("jobgate.worker_server")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 # Answer (empty) this long before the caller's deadline rather than let it expire.
-_DEADLINE_MARGIN = timedelta(milliseconds=200)
+_DEADLINE_MARGIN = timedelta(milliseconds=500)
 
 
 class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):

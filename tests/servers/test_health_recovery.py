@@ -68,7 +68,7 @@ async def test_reflection_lists_the_services(harness: Harness) -> None:
         break
 
 
-async def test_recovery_requeues_an_expired_lease_within_a_second(
+async def test_recovery_requeues_an_expired_lease_promptly(
     make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="jobgate.recovery")
@@ -83,7 +83,7 @@ async def test_recovery_requeues_an_expired_lease_within_a_second(
         return got.job.status == job_pb2.JOB_STATUS_QUEUED
 
     try:
-        await assert_eventually(requeued, timeout=1.5)
+        await assert_eventually(requeued, timeout=3)
     finally:
         stop.set()
         await loop
