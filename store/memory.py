@@ -712,9 +712,14 @@ class LocalStore:
         )
 
     def _leased(self, job_id: str, lease_id: str) -> _Record:
-        """The job if `lease_id` is its latest lease (live or just ended), else LeaseLost."""
-        record = self._jobs.get(job_id)
-        if record is None or not lease_id or record.lease_id != lease_id:
+        """The job if `lease_id` is its latest lease (live or just ended), else LeaseLost.
+
+        An id with no record at all is JobNotFound, as on the tenant side.
+        """
+        record = self._fresh(job_id, self._clock())
+        if record is None:
+            raise JobNotFound(f"job {job_id} not found", job_id=job_id)
+        if not lease_id or record.lease_id != lease_id:
             raise LeaseLost(f"lease {lease_id} is not the lease of job {job_id}", job_id=job_id)
         return record
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from store import InvalidRequest, JobCancelled, LeaseLost, Store
+from store import InvalidRequest, JobCancelled, JobNotFound, LeaseLost, Store
 from store.model import ClaimedJob, JobStatus, Priority
 from tests.helpers import assert_eventually
 from tests.store.conftest import (
@@ -259,9 +259,14 @@ async def test_heartbeat_after_the_job_completed_is_lease_lost(store: Store) -> 
         await store.heartbeat(claimed.job.id, claimed.lease_id, 1.0, "")
 
 
-async def test_heartbeat_of_an_unknown_job_is_lease_lost(store: Store) -> None:
-    with pytest.raises(LeaseLost):
+async def test_heartbeat_of_an_unknown_job_is_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
         await store.heartbeat("01J00000000000000000000000", "lease", 0.0, "")
+
+
+async def test_set_result_of_an_unknown_job_is_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        await store.set_result("01J00000000000000000000000", "lease", JobStatus.COMPLETED)
 
 
 # -- set_result --------------------------------------------------------------------------
