@@ -35,10 +35,14 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-async def dispatch_latency(api: Api, model: str, samples: int = 50) -> Latency:
+async def dispatch_latency(
+    api: Api, model: str, samples: int = 50, worker: Api | None = None
+) -> Latency:
+    """Submit through `api`; claim through `worker` (default: `api`'s own worker service)."""
+    worker = worker or api
     latencies: list[float] = []
     for index in range(samples):
-        waiting = asyncio.create_task(api.claim([model], wait=10.0))
+        waiting = asyncio.create_task(worker.claim([model], wait=10.0))
         done, _ = await asyncio.wait({waiting}, timeout=PARK_TIME)
         assert not done, "the claim answered before any job was submitted"
         job = await api.submit(model, str(index).encode())
@@ -46,7 +50,7 @@ async def dispatch_latency(api: Api, model: str, samples: int = 50) -> Latency:
         claimed = await waiting
         latencies.append(time.perf_counter() - submitted)
         assert [c.job.id for c in claimed] == [job.id]
-        await api.complete(job.id, claimed[0].lease_id)
+        await worker.complete(job.id, claimed[0].lease_id)
     return Latency(
         samples,
         statistics.median(latencies),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import grpc
 import pytest
@@ -16,6 +16,8 @@ import pytest
 from jobgate.v1 import worker_service_pb2
 from tests.e2e.api import CANCELLED, COMPLETED, PROCESSING, QUEUED, Api, fresh_name, tenant_metadata
 from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
+from tests.e2e.measure import dispatch_latency
+from tests.e2e.test_dispatch_latency import P50_BOUND, P99_BOUND, RESULTS
 from tests.e2e.test_stream import assert_closed_ok, next_job
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
@@ -193,3 +195,15 @@ async def test_recovery_on_two_worker_servers_requeues_each_lapsed_job_once(
     assert {job.attempts for job in stored} == {1}
     assert sorted(c.job.id for c in again) == sorted(job.id for job in jobs)
     assert {c.job.attempts for c in again} == {2}
+
+
+async def test_cross_replica_dispatch_latency(
+    sides: tuple[Api, Api], model: str, record_property: Callable[[str, object], None]
+) -> None:
+    a, b = sides
+
+    latency = await dispatch_latency(a, model, samples=50, worker=b)
+
+    RESULTS["redis, submit on gateway A, claim on worker-server B"] = str(latency)
+    record_property("dispatch_latency_cross_replica", str(latency))
+    assert latency.p50 < P50_BOUND and latency.p99 < P99_BOUND, str(latency)
