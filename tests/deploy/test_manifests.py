@@ -179,3 +179,31 @@ def test_compose_worker_drains_before_compose_kills_it() -> None:
     assert float(flag(worker["command"], "--grace-period")) < float(
         worker["stop_grace_period"].removesuffix("s")
     )
+
+
+def test_prometheus_scrapes_the_compose_servers_on_their_metrics_port() -> None:
+    (compose,) = load_yaml_documents(COMPOSE)
+    (prometheus,) = load_yaml_documents(DEPLOY / "prometheus" / "prometheus.yml")
+    targets = {
+        target
+        for job in prometheus["scrape_configs"]
+        if job["job_name"].startswith("jobgate-")
+        for config in job["static_configs"]
+        for target in config["targets"]
+    }
+    expected = set()
+    for name in ("gateway", "worker-server"):
+        metrics = compose["services"][name]["environment"]["JOBGATE_METRICS_LISTEN"]
+        expected.add(f"{name}:{metrics.rpartition(':')[2]}")
+    assert targets == expected
+
+
+def test_server_pods_advertise_their_metrics_port_for_scraping() -> None:
+    metrics_port = settings()["JOBGATE_METRICS_LISTEN"].rpartition(":")[2]
+    for deployment in server_deployments():
+        template = deployment["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        assert template["metadata"]["annotations"]["prometheus.io/port"] == metrics_port
+        assert {"name": "metrics", "containerPort": int(metrics_port), "protocol": "TCP"} in (
+            container["ports"]
+        )
