@@ -15,9 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
-from tests.deploy.tools import DEPLOY, REPO
+from tests.deploy.tools import DEPLOY, REPO, require_module
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 
@@ -66,7 +64,7 @@ def builder_stage_copies() -> list[str]:
 
 
 def test_the_builder_stage_builds_a_wheel_carrying_the_package_data(tmp_path: Path) -> None:
-    pytest.importorskip("setuptools", reason="building the wheel needs setuptools")
+    require_module("setuptools", "the wheel is built with setuptools, as pyproject.toml says")
     # Exactly what the builder stage has: its COPYs, nothing else.
     source = tmp_path / "src"
     for path in builder_stage_copies():

@@ -22,7 +22,7 @@ import pytest
 
 from tests.deploy.promql import dashboard_queries
 from tests.deploy.servers import JobgateProcess, submit
-from tests.deploy.tools import DEPLOY, load_yaml_documents, require_tool
+from tests.deploy.tools import DEPLOY, load_yaml_documents, require_module, require_tool
 from tests.helpers import wait_until
 from tests.redis_server import RedisServer, free_port
 
@@ -41,7 +41,7 @@ class Stack:
 
 class Prometheus:
     def __init__(self, workdir: Path, config: dict[str, Any]) -> None:
-        yaml = pytest.importorskip("yaml")
+        yaml = require_module("yaml", "pip install -e '.[dev]'")
         binary = require_tool("prometheus", "apt-get install prometheus")
         self.port = free_port()
         config_file = workdir / "prometheus.yml"
