@@ -1,12 +1,10 @@
-"""A running `jobgate serve`: its /metrics passes `promtool check metrics`, its
-health answers the container probe (deploy/healthcheck.py)."""
+"""A running `jobgate serve`: its /metrics passes `promtool check metrics` and
+serves every metric the alerts and the dashboard read."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +12,6 @@ from tests.deploy.promql import dashboard_queries, metric_names
 from tests.deploy.servers import JobgateProcess, submit
 from tests.deploy.tools import DEPLOY, promtool
 from tests.redis_server import free_port
-
-HEALTHCHECK = DEPLOY / "healthcheck.py"
 
 
 @pytest.fixture(scope="module")
@@ -64,32 +60,6 @@ def test_live_scrape_has_every_designed_metric(serve: JobgateProcess) -> None:
         "grpc_server_handled_total",
         "grpc_server_handling_seconds",
     } <= families
-
-
-def run_healthcheck(*args: str, env: dict[str, str] | None = None) -> int:
-    done = subprocess.run(
-        [sys.executable, str(HEALTHCHECK), *args],
-        capture_output=True,
-        env=env,
-        timeout=30,
-        check=False,
-    )
-    return done.returncode
-
-
-def test_container_healthcheck_passes_on_a_serving_server(serve: JobgateProcess) -> None:
-    assert run_healthcheck(serve.target) == 0
-
-
-def test_container_healthcheck_reads_the_listen_address_from_the_environment(
-    serve: JobgateProcess,
-) -> None:
-    listen = f"0.0.0.0:{serve.port}"  # as the image sets JOBGATE_LISTEN
-    assert run_healthcheck(env={"JOBGATE_LISTEN": listen, "PATH": ""}) == 0
-
-
-def test_container_healthcheck_fails_when_nothing_answers(tmp_path: Path) -> None:
-    assert run_healthcheck(f"127.0.0.1:{free_port()}") == 1
 
 
 def test_every_metric_the_alerts_and_dashboard_read_is_served(serve: JobgateProcess) -> None:
