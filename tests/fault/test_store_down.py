@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -102,3 +103,39 @@ async def test_servers_recover_on_their_own_when_redis_returns(
     assert claimed.payload == b"kept"
     assert (await own_api.complete(job.id, claimed.lease_id)).status == COMPLETED
     assert (await own_api.submit(model)).id
+
+
+async def test_calls_fail_fast_when_redis_is_killed(own_api: Api, own_redis: RedisServer) -> None:
+    model = fresh_name("m")
+    job = await own_api.submit(model)
+
+    own_redis.kill()
+
+    for what, call in (
+        ("Submit", own_api.submit(model)),
+        ("Get", own_api.get(job.id)),
+        ("ClaimNext", own_api.claim([model], wait=5.0)),
+    ):
+        failure, elapsed = await timed_failure(call)
+        assert_store_unavailable(failure, elapsed, what)
+
+
+async def test_calls_fail_fast_instead_of_hanging_when_redis_freezes(
+    own_api: Api, own_redis: RedisServer
+) -> None:
+    model = fresh_name("m")
+    job = await own_api.submit(model)
+    assert own_redis.process is not None
+
+    # SIGSTOP: the socket stays open but nothing answers, as in a network partition.
+    own_redis.process.send_signal(signal.SIGSTOP)
+    try:
+        for what, call in (
+            ("Submit", own_api.submit(model)),
+            ("Get", own_api.get(job.id)),
+            ("ClaimNext", own_api.claim([model], wait=5.0)),
+        ):
+            failure, elapsed = await timed_failure(call)
+            assert_store_unavailable(failure, elapsed, what)
+    finally:
+        own_redis.process.send_signal(signal.SIGCONT)
