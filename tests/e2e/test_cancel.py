@@ -157,3 +157,16 @@ async def test_cancel_group_of_queued_children_ends_it_cancelled_at_once(
     assert all(child.status == CANCELLED for child in answer.job.children)
     assert [(await api.get(c.id)).status for c in group.children] == [CANCELLED, CANCELLED]
     assert QUEUED not in [c.status for c in (await api.get(group.id)).children]
+
+
+async def test_cancelling_a_running_child_releases_the_next_held_child(
+    api: Api, model: str
+) -> None:
+    group = await api.submit_group([spec(model), spec(model)], max_parallel=1)
+    first, second = (child.id for child in group.children)
+    await api.claim_one(model)
+
+    await api.cancel(first)
+
+    assert (await api.get(second)).status == QUEUED
+    assert (await api.get(group.id)).status == PROCESSING

@@ -133,3 +133,16 @@ async def test_heartbeat_with_a_made_up_lease_is_lease_lost(api: Api, model: str
     assert failure.code == grpc.StatusCode.FAILED_PRECONDITION, failure
     assert failure.reason == "LEASE_LOST"
     assert (await api.get(job.id)).status == QUEUED
+
+
+async def test_a_finished_job_has_ordered_timestamps_and_its_result(api: Api, model: str) -> None:
+    job = await api.submit(model)
+    claimed = await api.claim_one(model)
+
+    done = await api.complete(job.id, claimed.lease_id, b"out", content_type="text/plain")
+
+    assert (done.result, done.result_content_type) == (b"out", "text/plain")
+    times = [done.create_time, done.start_time, done.end_time]
+    assert all(t.ToNanoseconds() > 0 for t in times)
+    assert [t.ToNanoseconds() for t in times] == sorted(t.ToNanoseconds() for t in times)
+    assert done.update_time.ToNanoseconds() >= done.end_time.ToNanoseconds()
