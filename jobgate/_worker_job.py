@@ -178,6 +178,12 @@ class JobRun:
         self._wake = asyncio.Event()
         self._lease = lease_length(claimed)
         self._last_sent = self._loop.time()
+        #: job_id, tenant and model: on every log line about this job.
+        self.log_fields = {
+            "job_id": claimed.job.id,
+            "tenant": claimed.job.tenant,
+            "model": claimed.job.model,
+        }
         #: Why the job must not be reported (lease lost, cancelled), once known.
         self.abandoned: str | None = None
         self._handler_task: asyncio.Task[Outcome] | None = None
@@ -203,15 +209,15 @@ class JobRun:
             outcome = await self._outcome()
             if outcome is not None and self.abandoned is None:
                 await self._set_result(outcome)
-                log.info(
-                    "job %s %s in %.2fs%s",
-                    self.job_id,
-                    job_pb2.JobStatus.Name(outcome.status).removeprefix("JOB_STATUS_").lower(),
-                    time.monotonic() - started,
-                    f" ({outcome.error_code}: {outcome.error_message})"
-                    if outcome.error_code
-                    else "",
-                )
+                status = job_pb2.JobStatus.Name(outcome.status).removeprefix("JOB_STATUS_")
+                fields = {**self.log_fields, "seconds": round(time.monotonic() - started, 3)}
+                if outcome.error_code:
+                    fields |= {
+                        "error_code": outcome.error_code,
+                        "error_message": outcome.error_message,
+                        "retryable": outcome.retryable,
+                    }
+                log.info("job %s", status.lower(), extra=fields)
         except asyncio.CancelledError:
             await self._report_shutdown()
             raise
@@ -219,7 +225,9 @@ class JobRun:
             heartbeats.cancel()
             await asyncio.gather(heartbeats, return_exceptions=True)
         if self.abandoned is not None:
-            log.info("job %s stopped without a result: %s", self.job_id, self.abandoned)
+            log.info(
+                "job stopped without a result", extra={**self.log_fields, "why": self.abandoned}
+            )
 
     async def _outcome(self) -> Outcome | None:
         assert self._handler_task is not None
@@ -287,7 +295,7 @@ class JobRun:
             failures = 0
             self._link.ok()
             if response.cancel_requested:
-                log.info("job %s: cancel requested by the gateway", self.job_id)
+                log.info("job cancel requested by the gateway", extra=self.log_fields)
                 self._abandon("cancelled by request")
                 return
             due = sent + interval
@@ -337,7 +345,7 @@ class JobRun:
                 outcome = Outcome.failed("RESULT_REJECTED", str(error))
                 continue
             if isinstance(error, InvalidArgumentError):
-                log.error("job %s: result refused for good: %s", self.job_id, error)
+                log.error("job result refused: %s", error, extra=self.log_fields)
                 return
             failures += 1
             self._link.failed(error)

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import base64
 import json
-import logging
 import mimetypes
 import os
 import sys
@@ -180,6 +179,12 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--tls-cert", metavar="FILE")
     parser.add_argument("--tls-key", metavar="FILE")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one object a line, job_id and tenant on every job line",
+    )
     parser.set_defaults(run=_run_worker)
 
 
@@ -394,12 +399,9 @@ async def _cancel(args: argparse.Namespace, client: JobClient) -> int:
 
 def _run_worker(args: argparse.Namespace) -> int:
     from jobgate import worker  # imported here so the client commands stay light
+    from jobgate.serving import logs  # the servers' formats, so one log pipeline reads both
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_format, args.log_level)
     if args.concurrency < 1:
         return _fail("--concurrency must be at least 1", EXIT_USAGE)
     if not 0 < args.claim_wait <= 60:

@@ -236,13 +236,8 @@ class Worker:
     ) -> None:
         self.claimed_total += 1
         job = claimed.job
-        log.info(
-            "job %s claimed (model %s, tenant %s, attempt %d)",
-            job.id,
-            job.model,
-            job.tenant,
-            job.attempts,
-        )
+        fields = {"job_id": job.id, "tenant": job.tenant, "model": job.model}
+        log.info("job claimed", extra={**fields, "attempt": job.attempts})
         run = JobRun(
             claimed,
             stub=stub,
@@ -262,7 +257,7 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug of ours must not kill the daemon either
-            log.exception("job %s: unexpected worker error", run.job_id)
+            log.exception("job: unexpected worker error", extra=run.log_fields)
 
     def _finished(self, job_id: str) -> None:
         self.active.pop(job_id, None)
