@@ -188,6 +188,11 @@ class Worker:
                 self._link.failed(error)
                 await self._until_stopping(asyncio.sleep(backoff(failures, cap=10.0)))
                 continue
+            except Exception:  # a bug must not end the daemon while it holds jobs
+                failures += 1
+                log.exception("claim failed unexpectedly; retrying with back-off")
+                await self._until_stopping(asyncio.sleep(backoff(failures, cap=10.0)))
+                continue
             if response is None:
                 return  # stopping while the poll was open
             failures = 0
