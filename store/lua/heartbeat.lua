@@ -13,8 +13,8 @@
 
   Output:
     {1, lease_deadline_ms, cancel_requested (0|1)}
-    {-2}  LEASE_LOST: not the job's live lease, or the record is gone
-          (changes nothing)
+    {-1}  JOB_NOT_FOUND: no record (expired, or never existed)
+    {-2}  LEASE_LOST: not the job's live lease (changes nothing)
     A job cancelled while this lease held it answers {1, old deadline, 1}.
 
   Transitions: none (the lease deadline in `leases` moves). Under OOM it still
@@ -30,7 +30,7 @@ local id = ARGV[4]
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage',
   'cancel_requested')
 if not f[1] then
-  return {-2}
+  return {-1}
 end
 if f[2] ~= ARGV[5] then
   return {-2}

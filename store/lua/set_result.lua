@@ -23,8 +23,9 @@
     {1, snapshot}   applied, or the same lease + outcome (status, retryable,
                     error_code, result digest) seen before: the stored job,
                     unchanged
-    {-2}  LEASE_LOST: not the job's latest lease, another outcome for an
-          ended lease, or the record is gone (a worker-facing call)
+    {-1}  JOB_NOT_FOUND: no record (expired, or never existed)
+    {-2}  LEASE_LOST: not the job's latest lease, or another outcome for an
+          ended lease (changes nothing)
     {-3}  JOB_CANCELLED: cancelled while this lease held it
 
   Transitions: PROCESSING -> COMPLETED | FAILED; PROCESSING -> QUEUED (retry,
@@ -48,7 +49,10 @@ local outcome = table.concat({status, ARGV[11], ARGV[9], redis.sha1hex(ARGV[7])}
 
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'outcome', 'attempts',
   'cancel_requested')
-if not f[1] or f[2] ~= lease_id then
+if not f[1] then
+  return {-1}
+end
+if f[2] ~= lease_id then
   return {-2}
 end
 if f[1] == 'cancelled' and f[5] == '1' then
