@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from store.keys import lua_helpers
 
@@ -64,7 +64,10 @@ class Scripts:
     async def load_all(self, client: Redis) -> None:
         """SCRIPT LOAD every script: a broken one fails here, at open()."""
         for script in self._scripts.values():
-            sha = await client.script_load(script.source)
+            try:
+                sha = await client.script_load(script.source)
+            except ResponseError as error:
+                raise ResponseError(f"script {script.name}.lua: {error}") from error
             if sha != script.sha:
                 raise RuntimeError(f"script {script.name}: Redis returned sha {sha}")
 

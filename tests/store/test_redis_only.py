@@ -8,6 +8,7 @@ stop, kill, flush or starve of memory.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import signal
 import time
@@ -18,8 +19,15 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from store import QueueFull, StoreMisconfigured, StoreSettings, StoreUnavailable
+from store import (
+    QueueFull,
+    StoreError,
+    StoreMisconfigured,
+    StoreSettings,
+    StoreUnavailable,
+)
 from store.model import GroupSpec, JobSpec, JobStatus, SubmitRequest
+from store.redis_scripts import Script
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
@@ -240,6 +248,19 @@ async def test_scripts_are_reloaded_after_script_flush(store: RedisStore, raw: R
 
 
 # -- settings checked at open -------------------------------------------
+
+
+async def test_a_script_redis_cannot_compile_fails_open(
+    server: RedisServer, partition: str
+) -> None:
+    store = RedisStore(server.url, StoreSettings(), partition=partition)
+    source = "return {"  # a Lua syntax error
+    store._scripts._scripts["get"] = Script(
+        "get", source, hashlib.sha1(source.encode()).hexdigest()
+    )
+    with pytest.raises(StoreError, match="get"):
+        await store.open()
+    await store.close()
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "allkeys-random"])
