@@ -134,12 +134,9 @@ ApiFactory = Callable[[Metadata, Metadata], Api]
 async def api_factory(deployment: Deployment) -> AsyncIterator[ApiFactory]:
     """Build Api objects (one per identity) sharing one pair of channels."""
     async with channels(deployment) as (job_channel, worker_channel):
-        made: list[Api] = []
 
         def make(client_metadata: Metadata, worker_metadata: Metadata) -> Api:
-            api = Api(job_channel, worker_channel, client_metadata, worker_metadata)
-            made.append(api)
-            return api
+            return Api(job_channel, worker_channel, client_metadata, worker_metadata)
 
         yield make
 
