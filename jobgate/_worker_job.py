@@ -184,6 +184,8 @@ class JobRun:
             "tenant": claimed.job.tenant,
             "model": claimed.job.model,
         }
+        #: What the handler's attempt came to, once it is known.
+        self.outcome: Outcome | None = None
         #: Why the job must not be reported (lease lost, cancelled), once known.
         self.abandoned: str | None = None
         self._handler_task: asyncio.Task[Outcome] | None = None
@@ -317,20 +319,24 @@ class JobRun:
             except TimeoutError:
                 return
 
+    def _request(self, outcome: Outcome) -> worker_service_pb2.SetResultRequest:
+        return worker_service_pb2.SetResultRequest(
+            job_id=self.job_id,
+            lease_id=self.lease_id,
+            status=outcome.status,
+            result=outcome.result,
+            result_content_type=outcome.result_content_type,
+            error_code=outcome.error_code,
+            error_message=outcome.error_message,
+            retryable=outcome.retryable,
+        )
+
     async def _set_result(self, outcome: Outcome) -> None:
         """SetResult, retried until acknowledged (idempotent for the same lease and outcome)."""
         failures = 0
         while self.abandoned is None:
-            request = worker_service_pb2.SetResultRequest(
-                job_id=self.job_id,
-                lease_id=self.lease_id,
-                status=outcome.status,
-                result=outcome.result,
-                result_content_type=outcome.result_content_type,
-                error_code=outcome.error_code,
-                error_message=outcome.error_message,
-                retryable=outcome.retryable,
-            )
+            self.outcome = outcome
+            request = self._request(outcome)
             try:
                 await self._stub.SetResult(request, timeout=10.0, metadata=self._metadata)
                 self._link.ok()
@@ -352,18 +358,19 @@ class JobRun:
             await asyncio.sleep(backoff(failures))
 
     async def _report_shutdown(self) -> None:
-        """The daemon gave up on this job at shutdown: hand it back at once, best effort."""
+        """The daemon gave up on this job at shutdown: report it at once, best effort.
+
+        A finished job's own outcome is sent (its SetResult may have been in
+        flight); an unfinished one is handed back as a retryable failure so
+        another worker takes it without waiting for the lease to expire.
+        """
         if self.abandoned is not None:
             return
-        self._abandon("worker shut down before the job finished")
-        request = worker_service_pb2.SetResultRequest(
-            job_id=self.job_id,
-            lease_id=self.lease_id,
-            status=job_pb2.JOB_STATUS_FAILED,
-            error_code="WORKER_SHUTDOWN",
-            error_message="the worker shut down before the job finished",
-            retryable=True,
+        outcome = self.outcome or Outcome.failed(
+            "WORKER_SHUTDOWN", "the worker shut down before the job finished", retryable=True
         )
+        self._abandon("worker shut down before the job was reported")
+        request = self._request(outcome)
         # Failing that, the lease expires and the job is requeued anyway.
         with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
             await asyncio.shield(

@@ -1,0 +1,95 @@
+"""A scripted in-process WorkerService for timing-precise daemon tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
+from tests.client.fake_job_service import Fail
+
+
+@dataclass
+class Seen:
+    at: float
+    request: Any
+
+
+def deadline(seconds_from_now: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int((time.time() + seconds_from_now) * 1e9))
+    return stamp
+
+
+class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
+    """Hands out queued jobs with a `lease`-second lease; scripts heartbeat/result answers."""
+
+    def __init__(self, lease: float = 1.0) -> None:
+        self.lease = lease
+        self.queue: deque[worker_service_pb2.ClaimedJob] = deque()
+        self.arrived = asyncio.Event()
+        self.claims: list[Seen] = []
+        self.heartbeats: list[Seen] = []
+        self.results: list[Seen] = []
+        self.heartbeat_script: deque[Any] = deque()
+        self.result_script: deque[Any] = deque()
+        self.acknowledged = asyncio.Event()
+
+    def add_job(self, job_id: str, payload: bytes = b"", attempts: int = 1) -> None:
+        job = job_pb2.Job(id=job_id, model="m", status=job_pb2.JOB_STATUS_PROCESSING)
+        job.attempts = attempts
+        job.update_time.GetCurrentTime()
+        claimed = worker_service_pb2.ClaimedJob(
+            job=job,
+            payload=payload,
+            lease_id=f"lease-{job_id}",
+            lease_expire_time=deadline(self.lease),
+        )
+        self.queue.append(claimed)
+        self.arrived.set()
+
+    async def ClaimNext(self, request: Any, context: Any) -> Any:
+        self.claims.append(Seen(time.monotonic(), request))
+        if not self.queue:
+            self.arrived.clear()
+            wait = request.wait.ToTimedelta().total_seconds()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), wait)
+        jobs = [self.queue.popleft() for _ in range(min(len(self.queue), request.max_jobs or 1))]
+        for claimed in jobs:
+            claimed.lease_expire_time.CopyFrom(deadline(self.lease))
+        return worker_service_pb2.ClaimNextResponse(jobs=jobs)
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        self.heartbeats.append(Seen(time.monotonic(), request))
+        step = self.heartbeat_script.popleft() if self.heartbeat_script else None
+        if isinstance(step, Fail):
+            status = step.status()
+            await context.abort(status.code, status.details, status.trailing_metadata)
+        return worker_service_pb2.HeartbeatResponse(
+            lease_expire_time=deadline(self.lease), cancel_requested=step == "cancel"
+        )
+
+    async def SetResult(self, request: Any, context: Any) -> Any:
+        self.results.append(Seen(time.monotonic(), request))
+        step = self.result_script.popleft() if self.result_script else None
+        if isinstance(step, Fail):
+            status = step.status()
+            await context.abort(status.code, status.details, status.trailing_metadata)
+        self.acknowledged.set()
+        return worker_service_pb2.SetResultResponse(job=job_pb2.Job(id=request.job_id))
+
+
+async def start(service: FakeWorkerService) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
