@@ -129,7 +129,7 @@ async def test_the_deadline_covers_all_attempts_together(fake: Fake, client: Job
     assert 1.4 <= elapsed < 2.5
     first, second = service.calls("Get")
     assert first.time_remaining is not None and second.time_remaining is not None
-    assert second.time_remaining < first.time_remaining <= 1.5
+    assert second.time_remaining < first.time_remaining < 1.5 + 0.1  # clock rounding
 
 
 async def test_errors_that_a_retry_cannot_fix_are_raised_at_once(
