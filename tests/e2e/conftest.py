@@ -25,6 +25,7 @@ from tests.e2e.harness import (
     attach_server_logs,
     embedded_deployment,
     redis_deployment,
+    start_with_retry,
     write_auth_file,
 )
 from tests.redis_server import RedisServer
@@ -47,19 +48,11 @@ def start_deployment(
     workdir: Path,
     settings: Mapping[str, str],
 ) -> Deployment:
-    topology = request.param
-    if topology == "embedded":
-        deployment = embedded_deployment(workdir, settings)
-    else:
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        partition = f"e2e{uuid.uuid4().hex[:10]}"
-        deployment = redis_deployment(workdir, redis.url, partition, settings)
-    try:
-        deployment.start()
-    except BaseException:
-        deployment.stop()
-        raise
-    return deployment
+    if request.param == "embedded":
+        return start_with_retry(lambda: embedded_deployment(workdir, settings))
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    partition = f"e2e{uuid.uuid4().hex[:10]}"
+    return start_with_retry(lambda: redis_deployment(workdir, redis.url, partition, settings))
 
 
 @pytest.fixture(scope="session", params=TOPOLOGIES)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -154,8 +156,31 @@ def flag_list(settings: Mapping[str, str]) -> list[str]:
     return [item for name, value in settings.items() for item in (f"--{name}", value)]
 
 
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def listen_port() -> int:
+    """A free port below the ephemeral range, so no outgoing connection can take it
+    between this check and the server's bind (free_port's race)."""
+    low, _ = ephemeral_range()
+    for _ in range(100):
+        port = random.randrange(20000, max(20001, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 def loopback() -> str:
-    return f"127.0.0.1:{free_port()}"
+    return f"127.0.0.1:{listen_port()}"
 
 
 @dataclass
@@ -244,6 +269,20 @@ def redis_deployment(
                 )
             )
     return Deployment("redis", job_targets, worker_targets, processes, workdir, shared)
+
+
+def start_with_retry(build: Callable[[], Deployment], attempts: int = 3) -> Deployment:
+    """Build and start a deployment; on a port taken meanwhile, retry with new ports."""
+    for attempt in range(attempts):
+        deployment = build()
+        try:
+            deployment.start()
+            return deployment
+        except BaseException:
+            deployment.stop()
+            if attempt + 1 == attempts or "address already in use" not in deployment.logs().lower():
+                raise
+    raise AssertionError("unreachable")
 
 
 def restart_process(process: ServerProcess) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from jobgate.v1 import worker_service_pb2
 from tests.e2e.api import CANCELLED, COMPLETED, PROCESSING, QUEUED, Api, fresh_name, tenant_metadata
-from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
+from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment, start_with_retry
 from tests.e2e.measure import dispatch_latency
 from tests.e2e.test_dispatch_latency import P50_BOUND, P99_BOUND, RESULTS
 from tests.e2e.test_stream import assert_closed_ok, next_job
@@ -33,19 +33,15 @@ def replicas(
 ) -> Iterator[Deployment]:
     # A long lease: the exactly-once test must not see expiries, only contention.
     settings = {**FAST_SETTINGS, "lease-timeout": "30"}
-    deployment = redis_deployment(
-        tmp_path_factory.mktemp("replicas"),
-        redis_server.url,
-        f"rep{uuid.uuid4().hex[:10]}",
-        settings,
-        gateways=2,
-        worker_servers=2,
+    workdir = tmp_path_factory.mktemp("replicas")
+    partition = f"rep{uuid.uuid4().hex[:10]}"
+    deployment = start_with_retry(
+        lambda: redis_deployment(
+            workdir, redis_server.url, partition, settings, gateways=2, worker_servers=2
+        )
     )
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    yield deployment
+    deployment.stop()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from tests.e2e.harness import (
     embedded_deployment,
     loopback,
     redis_deployment,
+    start_with_retry,
     write_auth_file,
 )
 from tests.e2e.harness import command as harness_command
@@ -26,16 +27,11 @@ from tests.redis_server import RedisServer
 
 @pytest.fixture(scope="module")
 def env_configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    deployment = embedded_deployment(
-        tmp_path_factory.mktemp("env"),
-        FAST_SETTINGS,
-        env={"JOBGATE_MAX_PAYLOAD_BYTES": "100", "JOBGATE_MAX_ATTEMPTS": "7"},
-    )
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    workdir = tmp_path_factory.mktemp("env")
+    env = {"JOBGATE_MAX_PAYLOAD_BYTES": "100", "JOBGATE_MAX_ATTEMPTS": "7"}
+    deployment = start_with_retry(lambda: embedded_deployment(workdir, FAST_SETTINGS, env=env))
+    yield deployment
+    deployment.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from tests.e2e.api import Api, failure_of, fresh_name, tenant_metadata
-from tests.e2e.harness import FAST_SETTINGS, Deployment, embedded_deployment
+from tests.e2e.harness import FAST_SETTINGS, Deployment, embedded_deployment, start_with_retry
 
 
 @dataclass(frozen=True)
@@ -71,14 +71,17 @@ def mtls(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploym
         "tls-key": str(pki.server_key),
         "tls-client-ca": str(pki.ca_path),
     }
-    deployment = embedded_deployment(tmp_path_factory.mktemp("mtls"), settings)
-    for process in deployment.processes:
-        process.credentials = pki.client_credentials()
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    workdir = tmp_path_factory.mktemp("mtls")
+
+    def build() -> Deployment:
+        deployment = embedded_deployment(workdir, settings)
+        for process in deployment.processes:
+            process.credentials = pki.client_credentials()
+        return deployment
+
+    deployment = start_with_retry(build)
+    yield deployment
+    deployment.stop()
 
 
 @pytest.fixture
