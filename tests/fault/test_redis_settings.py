@@ -7,14 +7,14 @@ lets running work finish.
 
 from __future__ import annotations
 
-import subprocess
+import socket
 from pathlib import Path
 
 import grpc
 import pytest
 
 from tests.e2e.api import COMPLETED, Api, Failure, failure_of, fresh_name
-from tests.e2e.harness import FAST_SETTINGS, loopback, run_to_exit
+from tests.e2e.harness import FAST_SETTINGS, Deployment, ServerProcess, loopback, run_to_exit
 from tests.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -63,23 +63,36 @@ def test_bad_environment_value_exits_with_one_line_naming_it() -> None:
     assert len(output.strip().splitlines()) == 1, output
 
 
+def redis_command(redis: RedisServer, *args: str) -> bytes:
+    """One command over a raw socket (RESP), so the test needs no redis-cli."""
+    request = f"*{len(args)}\r\n".encode()
+    for arg in args:
+        request += f"${len(arg.encode())}\r\n{arg}\r\n".encode()
+    with socket.create_connection(("127.0.0.1", redis.port), timeout=5) as sock:
+        sock.sendall(request)
+        reply = b""
+        while not complete(reply):
+            reply += sock.recv(65536)
+    return reply
+
+
+def complete(reply: bytes) -> bool:
+    """A whole simple reply, or a whole bulk string ($<len> header plus body)."""
+    if b"\r\n" not in reply:
+        return False
+    header, _, body = reply.partition(b"\r\n")
+    if header.startswith(b"$"):
+        return len(body) >= int(header[1:]) + 2
+    return True
+
+
 def limit_memory(redis: RedisServer, headroom: int) -> None:
     """Cap Redis (noeviction) at its current use plus `headroom` bytes."""
-
-    def cli(*args: str) -> str:
-        return subprocess.run(
-            ["redis-cli", "-p", str(redis.port), *args],
-            capture_output=True,
-            check=True,
-            text=True,
-        ).stdout
-
+    info = redis_command(redis, "INFO", "memory").decode()
     used = next(
-        int(line.split(":")[1])
-        for line in cli("INFO", "memory").splitlines()
-        if line.startswith("used_memory:")
+        int(line.split(":")[1]) for line in info.splitlines() if line.startswith("used_memory:")
     )
-    cli("CONFIG", "SET", "maxmemory", str(used + headroom))
+    assert redis_command(redis, "CONFIG", "SET", "maxmemory", str(used + headroom)) == b"+OK\r\n"
 
 
 async def submit_until_refused(api: Api, model: str) -> Failure:
@@ -108,3 +121,20 @@ async def test_redis_out_of_memory_refuses_submit_but_running_work_finishes(
     assert not (await own_api.heartbeat(running.id, claimed.lease_id, 0.5)).cancel_requested
     assert (await own_api.complete(running.id, claimed.lease_id, b"ok")).status == COMPLETED
     assert (await own_api.cancel(waiting.id)).cancelled
+
+
+def persistence_warnings(process: ServerProcess) -> list[str]:
+    lines = process.log_tail().lower().splitlines()
+    return [line for line in lines if "warn" in line and "persistence" in line]
+
+
+def test_server_warns_at_start_when_redis_persistence_is_off(on_shared_redis: Deployment) -> None:
+    # The session redis-server runs with appendonly no and no save rules.
+    for process in on_shared_redis.processes:
+        assert persistence_warnings(process), process.log_tail()
+
+
+def test_server_does_not_warn_when_redis_persists(on_own_redis: Deployment) -> None:
+    # own_redis runs with appendonly yes.
+    for process in on_own_redis.processes:
+        assert not persistence_warnings(process), process.log_tail()
