@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from jobgate.v1 import job_pb2
 from tests.e2e.api import (
     BATCH,
@@ -186,3 +188,20 @@ async def test_held_child_has_no_queue_position(api: Api, model: str) -> None:
 
     assert queued.HasField("queue_position") and queued.queue_position == 0
     assert not held.HasField("queue_position")
+
+
+async def test_a_held_childs_queue_timeout_starts_when_it_is_released(api: Api, model: str) -> None:
+    children = [spec(model, queue_timeout=0.5), spec(model, queue_timeout=0.5)]
+    group = await api.submit_group(children, max_parallel=1)
+    first = await api.claim_one(model)
+
+    # Keep the first child running well past the second one's queue timeout.
+    for _ in range(6):
+        await api.heartbeat(first.job.id, first.lease_id, 0.5)
+        await asyncio.sleep(0.25)
+    held = await api.get(child_ids(group)[1])
+    await api.complete(first.job.id, first.lease_id)
+    second = await api.claim_one(model)
+
+    assert held.status == HELD
+    assert second.job.id == child_ids(group)[1]
