@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PY_PACKAGES := jobgate store gateway_server worker_server tests bench tools
+PY_PACKAGES := jobgate store gateway_server worker_server tests bench tools examples
 
 .PHONY: check venv proto test lint typecheck buf-lint clean
 
@@ -27,7 +27,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy --strict jobgate store gateway_server worker_server tests bench tools
+	$(BIN)/mypy --strict $(PY_PACKAGES)
 
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import grpc
 
+from bench.monitor import RoundTripCounter
 from bench.servers import Topology, embedded, environment_note, on_redis
 from jobgate.v1 import (
     job_pb2,
@@ -31,7 +32,6 @@ from jobgate.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
-from tests.redis_server import RedisServer
 
 TENANT = (("x-jobgate-tenant", "bench"),)
 
@@ -117,30 +117,28 @@ async def dispatch_latency(topology: Topology, samples: int) -> list[float]:
 # 2. round trips ----------------------------------------------------------------
 
 
-def _commands_processed(server: RedisServer) -> int:
-    return int(server.info_field("stats", "total_commands_processed"))
-
-
 async def round_trips(topology: Topology, calls: int) -> dict[str, float]:
-    """Redis commands per RPC, background (recovery, health probes) subtracted."""
+    """Redis round trips per RPC, background (recovery, health probes) subtracted."""
     assert topology.redis is not None
-    counter = topology.redis
+    counter = RoundTripCounter(topology.redis.port)
     clients, channels = _connect(topology)
     model = "bench-trips"
     result: dict[str, float] = {}
 
-    async def measure(name: str, action: Callable[[int], object]) -> None:
-        before, started = _commands_processed(counter), time.perf_counter()
+    async def settled_count() -> int:
+        await asyncio.sleep(0.1)  # MONITOR lines trail the replies a little
+        return counter.count
+
+    async def measure(name: str, action: Callable[[int], Awaitable[None]]) -> None:
+        before, started = await settled_count(), time.perf_counter()
         for index in range(calls):
-            await action(index)  # type: ignore[misc]
+            await action(index)
         elapsed = time.perf_counter() - started
-        total = _commands_processed(counter) - before - 1  # minus our own INFO
-        idle_before, idle_start = _commands_processed(counter), time.perf_counter()
-        await asyncio.sleep(max(elapsed, 0.5))
-        idle_rate = (_commands_processed(counter) - idle_before - 1) / (
-            time.perf_counter() - idle_start
-        )
-        result[name] = max(0.0, (total - idle_rate * elapsed) / calls)
+        total = await settled_count() - before
+        idle_before, idle_start = counter.count, time.perf_counter()
+        await asyncio.sleep(max(elapsed, 1.0))
+        idle_rate = (counter.count - idle_before) / (time.perf_counter() - idle_start)
+        result[name] = max(0.0, (total - idle_rate * (elapsed + 0.1)) / calls)
 
     submitted: list[str] = []
     claimed: list[worker_service_pb2.ClaimedJob] = []
@@ -182,6 +180,7 @@ async def round_trips(topology: Topology, calls: int) -> dict[str, float]:
         await measure("Submit + Cancel", cancel)
         result["Cancel"] = result.pop("Submit + Cancel") - result["Submit"]
     finally:
+        counter.close()
         for channel in channels:
             await channel.close(None)
     return result
@@ -299,10 +298,10 @@ async def main_async(quick: bool) -> list[str]:
                          f"{p99 * 1000:.2f}"])  # fmt: skip
     lines += [*_table(["topology", "samples", "p50 ms", "p95 ms", "p99 ms"], rows), ""]
 
-    lines += ["## 2. Redis commands per RPC (gateway + worker-server on Redis)", ""]
+    lines += ["## 2. Redis round trips per RPC (gateway + worker-server on Redis)", ""]
     with on_redis() as topology:
         trips = await round_trips(topology, 50 if quick else 200)
-    lines += [*_table(["RPC", "Redis commands per call"],
+    lines += [*_table(["RPC", "Redis round trips per call"],
                       [[name, f"{value:.2f}"] for name, value in trips.items()]), ""]  # fmt: skip
 
     lines += ["## 3. Throughput through gRPC (16 concurrent callers, ClaimNext max_jobs=8)", ""]

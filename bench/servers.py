@@ -17,8 +17,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.redis_server import RedisServer, free_port
 
-# Short lease so that nothing a benchmark leaves behind lingers.
-COMMON_FLAGS = ("--lease-timeout", "10", "--log-level", "warning")
+# Caps raised so the depth benchmark can queue 100k jobs for one tenant.
+COMMON_FLAGS = (
+    "--lease-timeout", "10", "--log-level", "warning",
+    "--max-live-per-tenant", "1000000", "--max-live-total", "1000000",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
