@@ -10,7 +10,7 @@ so it hands the two store reads to the event loop with
 
 `jobgate_jobs_submitted_total` and `jobgate_jobs_finished_total` count units
 of work: single jobs and group children, not group parents (a parent is a
-summary of its children and has no model).
+summary of its children).
 """
 
 from __future__ import annotations
@@ -154,8 +154,13 @@ class Metrics:
 
     def recovered(self, events: Iterable[JobEvent]) -> None:
         """Count the transitions a recover() call of this process made."""
+        events = list(events)
+        # A parent only moves in the same atomic step as one of its children,
+        # so its event comes in the same batch as the child's, which names it.
+        # (Parents carry their first child's model, so the model cannot tell.)
+        parents = {event.parent_job_id for event in events if event.parent_job_id}
         for event in events:
-            if not event.model:  # a group parent: counted through its children
+            if event.job_id in parents:  # counted through its children
                 continue
             if event.to_status in TERMINAL_STATUSES:
                 self._count_finished(event.model, event.priority, event.to_status)

@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import io
 import urllib.request
+from datetime import timedelta
 
 import grpc
 
+from jobgate.serving.background import Recovery
 from jobgate.serving.runner import Process
 from jobgate.serving.settings import Address, ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc, worker_service_pb2
+from tests.helpers import assert_eventually
+from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, fails
 
 TENANT = (("x-jobgate-tenant", "t1"),)
 INTERACTIVE = job_pb2.PRIORITY_INTERACTIVE
+SPEC_G = job_pb2.JobSpec(model="g")
 
 
 async def _fail(harness: Harness, claimed: worker_service_pb2.ClaimedJob) -> None:
@@ -107,3 +112,24 @@ async def test_metrics_are_served_over_http_on_an_ephemeral_port() -> None:
     text = body.decode()
     assert 'jobgate_queue_depth{model="http",priority="batch"} 1.0' in text
     assert "jobgate_store_up 1.0" in text
+
+
+async def test_a_group_ended_by_recovery_counts_its_child_not_its_parent(
+    make_harness: MakeHarness,
+) -> None:
+    short = ServerSettings(lease_timeout=timedelta(milliseconds=100), max_attempts=1)
+    harness = await make_harness(settings=short)
+    request = job_service_pb2.SubmitRequest(group=job_pb2.GroupSpec(children=[SPEC_G]))
+    group = (await harness.job.Submit(request, metadata=TENANT)).job
+    await harness.claim(["g"])
+    recovery = Recovery(harness.serving.store, harness.metrics)
+
+    async def group_failed() -> bool:
+        await recovery.step()
+        got = await harness.job.Get(job_service_pb2.GetRequest(job_id=group.id), metadata=TENANT)
+        return got.job.status == job_pb2.JOB_STATUS_FAILED
+
+    await assert_eventually(group_failed, timeout=5)
+    labels = {"model": "g", "priority": "batch", "status": "failed"}
+    assert await harness.value("jobgate_jobs_finished_total", labels) == 1
+    assert await harness.value("jobgate_leases_expired_total", {"model": "g"}) == 1
