@@ -11,7 +11,7 @@ import contextlib
 import copy
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,17 +288,3 @@ class Api:
         for job_id in self.submitted:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await self.cancel(job_id)
-
-
-async def next_snapshot(stream: AsyncIterator[Any]) -> job_pb2.Job:
-    response = await stream.__anext__()
-    job: job_pb2.Job = response.job
-    return job
-
-
-def status_name(status: int) -> str:
-    return job_pb2.JobStatus.Name(status)  # type: ignore[arg-type]
-
-
-def labels_of(job: job_pb2.Job) -> Mapping[str, str]:
-    return dict(job.labels)

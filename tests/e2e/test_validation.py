@@ -52,8 +52,6 @@ def set_result(**fields: Any) -> worker_service_pb2.SetResultRequest:
     return worker_service_pb2.SetResultRequest(**{**base, **fields})
 
 
-Case = tuple[str, Any, str]
-
 CASES: list[Any] = [
     pytest.param("Submit", job_service_pb2.SubmitRequest(), "work", id="submit-no-work"),
     pytest.param("Submit", submit(model=""), "model", id="submit-model-empty"),
