@@ -13,8 +13,18 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import grpc
 import pytest
 
-from jobgate.v1 import worker_service_pb2
-from tests.e2e.api import CANCELLED, COMPLETED, PROCESSING, QUEUED, Api, fresh_name, tenant_metadata
+from jobgate.v1 import job_service_pb2, worker_service_pb2
+from tests.e2e.api import (
+    CANCELLED,
+    COMPLETED,
+    PROCESSING,
+    QUEUED,
+    Api,
+    fresh_name,
+    parse_failure,
+    spec,
+    tenant_metadata,
+)
 from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment, start_with_retry
 from tests.e2e.measure import dispatch_latency
 from tests.e2e.test_dispatch_latency import P50_BOUND, P99_BOUND, RESULTS
@@ -203,3 +213,46 @@ async def test_cross_replica_dispatch_latency(
     RESULTS["redis, submit on gateway A, claim on worker-server B"] = str(latency)
     record_property("dispatch_latency_cross_replica", str(latency))
     assert latency.p50 < P50_BOUND and latency.p99 < P99_BOUND, str(latency)
+
+
+async def test_concurrent_submits_with_one_key_on_both_gateways_make_one_job(
+    sides: tuple[Api, Api], model: str
+) -> None:
+    request = job_service_pb2.SubmitRequest(idempotency_key="once", job=spec(model))
+
+    answers = await asyncio.gather(*(sides[i % 2].submit_request(request) for i in range(16)))
+
+    assert len({answer.job.id for answer in answers}) == 1
+    assert sorted(answer.reused for answer in answers) == [False] + [True] * 15
+    assert len(await sides[0].claim([model], max_jobs=10)) == 1
+
+
+async def cancel_or_complete_race(a: Api, b: Api, model: str) -> None:
+    """Cancel through gateway B while the worker completes through worker-server A."""
+    job = await a.submit(model)
+    claimed = await a.claim_one(model)
+
+    cancel, result = await asyncio.gather(
+        b.cancel(job.id),
+        a.complete(job.id, claimed.lease_id, b"won"),
+        return_exceptions=True,
+    )
+
+    final = await b.get(job.id)
+    if isinstance(result, BaseException):
+        failure = parse_failure(result)  # type: ignore[arg-type]
+        assert failure.reason == "JOB_CANCELLED", failure
+        assert not isinstance(cancel, BaseException) and cancel.cancelled
+        assert (final.status, final.result) == (CANCELLED, b"")
+    else:
+        assert not isinstance(cancel, BaseException), cancel
+        assert not cancel.cancelled
+        assert (final.status, final.result) == (COMPLETED, b"won")
+
+
+async def test_a_cancel_racing_a_result_on_two_replicas_has_one_winner(
+    sides: tuple[Api, Api], model: str
+) -> None:
+    a, b = sides
+    for _ in range(20):
+        await cancel_or_complete_race(a, b, model)
