@@ -37,9 +37,12 @@ log = logging.getLogger("jobgate.worker")
 
 Handler = Callable[[JobContext], Any]
 
-#: error_message is cut to this many characters (the gateway stores it in the job).
-MAX_ERROR_MESSAGE = 2000
+#: error_message is cut to this many UTF-8 bytes: the server refuses more than
+#: 4096, and a refused failure report would leave the attempt to its lease.
+MAX_ERROR_MESSAGE_BYTES = 2000
 MIN_LEASE = 0.3
+#: error_code of an attempt whose report the server refused as invalid.
+REJECTED = "RESULT_REJECTED"
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Outcome:
         return cls(
             job_pb2.JOB_STATUS_FAILED,
             error_code=code,
-            error_message=message[:MAX_ERROR_MESSAGE],
+            error_message=_clip(message, MAX_ERROR_MESSAGE_BYTES),
             retryable=retryable,
         )
 
@@ -346,9 +349,10 @@ class JobRun:
             if isinstance(error, FailedPreconditionError | JobNotFoundError):
                 self.abandoned = f"result refused: {error}"
                 return
-            if isinstance(error, InvalidArgumentError) and not outcome.error_code:
-                # e.g. a result over the size cap: the attempt still has to end.
-                outcome = Outcome.failed("RESULT_REJECTED", str(error))
+            if isinstance(error, InvalidArgumentError) and outcome.error_code != REJECTED:
+                # e.g. a result over the size cap or a malformed error_code from
+                # a RetryableError: the attempt still has to end, now.
+                outcome = _rejected(outcome, error)
                 continue
             if isinstance(error, InvalidArgumentError):
                 log.error("job result refused: %s", error, extra=self.log_fields)
@@ -376,6 +380,21 @@ class JobRun:
             await asyncio.shield(
                 self._stub.SetResult(request, timeout=2.0, metadata=self._metadata)
             )
+
+
+def _rejected(outcome: Outcome, error: JobgateError) -> Outcome:
+    """The report to send when the server refused `outcome` as invalid."""
+    why = (
+        f"{outcome.error_message} (report refused: {error})"
+        if outcome.error_message
+        else str(error)
+    )
+    return Outcome.failed(REJECTED, why, retryable=outcome.retryable)
+
+
+def _clip(text: str, limit: int) -> str:
+    """At most `limit` UTF-8 bytes of `text`, never splitting a character."""
+    return text.encode()[:limit].decode(errors="ignore")
 
 
 def _describe(error: BaseException) -> str:

@@ -71,7 +71,7 @@ class JobgateError(Exception):
 class RetryableError(JobgateError):
     """Raised by a worker handler: this attempt failed, try the job again later.
 
-    `code` is reported as the job's error_code (default HANDLER_ERROR) with
+    `error_code` ([A-Z][A-Z0-9_]*, default HANDLER_ERROR) is reported with
     `retryable=true`, so the server requeues the job after a back-off until its
     attempts are used up.
     """

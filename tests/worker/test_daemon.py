@@ -117,6 +117,35 @@ async def test_a_handler_exception_fails_the_job_with_handler_error(
     assert done.attempts == 1  # a plain exception is not retried
 
 
+async def test_a_long_non_ascii_handler_message_still_fails_the_job(
+    server: Deployment, client: JobClient, model: str
+) -> None:
+    def shouts(ctx: JobContext) -> str:
+        raise ValueError("\N{PILE OF POO}" * 3000)  # 4 bytes a character
+
+    async with running_worker(server.worker_target, model, shouts):
+        job = await client.submit(model, b"x", max_attempts=1)
+        done = await finished(client, job.id)
+
+    assert (done.status, done.error_code) == (job_pb2.JOB_STATUS_FAILED, "HANDLER_ERROR")
+    assert done.error_message.startswith("ValueError: \N{PILE OF POO}")
+
+
+async def test_a_retryable_error_with_a_malformed_code_is_still_reported(
+    server: Deployment, client: JobClient, model: str
+) -> None:
+    def busy(ctx: JobContext) -> str:
+        raise RetryableError("GPU busy", error_code="gpu-busy")
+
+    async with running_worker(server.worker_target, model, busy):
+        job = await client.submit(model, b"x", max_attempts=1)
+        done = await finished(client, job.id)
+
+    # Reported at once (its last attempt, hence exhausted), not left to the lease.
+    assert (done.status, done.error_code) == (job_pb2.JOB_STATUS_FAILED, "ATTEMPTS_EXHAUSTED")
+    assert "RESULT_REJECTED: RetryableError: GPU busy" in done.error_message
+
+
 async def test_retryable_error_is_retried_until_it_succeeds(
     server: Deployment, client: JobClient, model: str
 ) -> None:
