@@ -10,23 +10,18 @@ import pytest
 
 from jobgate import JobClient, SyncJobClient, job_spec
 from jobgate.v1 import job_pb2, job_service_pb2
-from tests.e2e.harness import Deployment, embedded_deployment
-from tests.worker.conftest import SERVER_SETTINGS, running_worker
+from tests.e2e.harness import Deployment
+from tests.worker.conftest import SERVER_SETTINGS, running_worker, started, unique_model
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    deployment = embedded_deployment(tmp_path_factory.mktemp("serve"), SERVER_SETTINGS)
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    yield from started(tmp_path_factory.mktemp("serve"), SERVER_SETTINGS)
 
 
 @pytest.fixture
 def model() -> str:
-    return f"m-{uuid.uuid4().hex[:10]}"
+    return unique_model()
 
 
 async def test_a_group_runs_its_children_and_reports_them(server: Deployment, model: str) -> None:

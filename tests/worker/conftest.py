@@ -27,10 +27,9 @@ SERVER_SETTINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """One `jobgate serve` per test module; tests keep apart by model name."""
-    deployment = embedded_deployment(tmp_path_factory.mktemp("serve"), SERVER_SETTINGS)
+def started(workdir: Path, settings: dict[str, str]) -> Iterator[Deployment]:
+    """A running `jobgate serve` with `settings`, stopped when the generator closes."""
+    deployment = embedded_deployment(workdir, settings)
     try:
         deployment.start()
         yield deployment
@@ -38,10 +37,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         deployment.stop()
 
 
-@pytest.fixture
-def model() -> str:
+def unique_model() -> str:
     """A model name no other test uses, so no other worker claims this test's jobs."""
     return f"m-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One `jobgate serve` per test module; tests keep apart by model name."""
+    yield from started(tmp_path_factory.mktemp("serve"), SERVER_SETTINGS)
+
+
+@pytest.fixture
+def model() -> str:
+    return unique_model()
 
 
 @pytest.fixture

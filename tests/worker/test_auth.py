@@ -9,8 +9,8 @@ import pytest
 from jobgate import ConnectionConfig, JobClient, JobNotFoundError, PermissionDeniedError
 from jobgate.v1 import job_pb2
 from jobgate.worker import Worker
-from tests.e2e.harness import AuthFile, Deployment, Token, embedded_deployment, write_auth_file
-from tests.worker.conftest import SERVER_SETTINGS, running_worker, worker_config
+from tests.e2e.harness import AuthFile, Deployment, Token, write_auth_file
+from tests.worker.conftest import SERVER_SETTINGS, running_worker, started, worker_config
 
 CLIENT_A = Token("client-a-secret", "acme", "client")
 CLIENT_B = Token("client-b-secret", "globex", "client")
@@ -26,12 +26,7 @@ def auth(tmp_path_factory: pytest.TempPathFactory) -> AuthFile:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, auth: AuthFile) -> Iterator[Deployment]:
     settings = {**SERVER_SETTINGS, "auth-file": str(auth.path)}
-    deployment = embedded_deployment(tmp_path_factory.mktemp("secured"), settings)
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    yield from started(tmp_path_factory.mktemp("secured"), settings)
 
 
 async def test_a_worker_token_runs_the_jobs_a_client_token_submits(
