@@ -695,9 +695,11 @@ class LocalStore:
         record.cancel_requested = False
         record.start_time = now
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
-        record.run_deadline = now + record.run_timeout
         self._push(self._leases, record.lease_deadline, record, record.lease_id)
-        self._push(self._runs, record.run_deadline, record, record.lease_id)
+        # A zero run_timeout means none (as RedisStore), not "already past".
+        if record.run_timeout > 0:
+            record.run_deadline = now + record.run_timeout
+            self._push(self._runs, record.run_deadline, record, record.lease_id)
         self._transition(record, JobStatus.PROCESSING, now)
         if record.parent_id:
             parent = self._jobs[record.parent_id]
@@ -771,8 +773,10 @@ class LocalStore:
         self._start_queue_clock(record, now)
 
     def _start_queue_clock(self, record: _Record, now: float) -> None:
-        record.queue_deadline = now + record.queue_timeout
-        self._push(self._queue_waits, record.queue_deadline, record)
+        # A zero queue_timeout means none (as RedisStore), not "already past".
+        if record.queue_timeout > 0:
+            record.queue_deadline = now + record.queue_timeout
+            self._push(self._queue_waits, record.queue_deadline, record)
 
     def _queue_of(self, record: _Record) -> _OrderedQueue:
         key = (record.model, record.priority)

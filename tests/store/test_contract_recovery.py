@@ -173,6 +173,14 @@ async def test_run_timeout_on_the_last_attempt_fails_the_job(make_store: MakeSto
     assert failed.error_code == ERROR_ATTEMPTS_EXHAUSTED
 
 
+async def test_a_zero_run_timeout_setting_means_no_run_timeout(make_store: MakeStore) -> None:
+    store = await make_store(run_timeout=timedelta(0))
+    job = await submit_one(store)
+    await claim_one(store)
+    assert await store.recover() == []
+    assert (await store.get(TENANT, job.id)).status is JobStatus.PROCESSING
+
+
 # -- retryable failure --------------------------------------------------------------------
 
 
@@ -264,6 +272,13 @@ async def test_queue_timeout_comes_from_settings_by_default(make_store: MakeStor
     job = await submit_one(store)
     failed = await recover_until(store, job.id, JobStatus.FAILED)
     assert failed.error_code == ERROR_QUEUE_TIMEOUT
+
+
+async def test_a_zero_queue_timeout_setting_means_no_queue_timeout(make_store: MakeStore) -> None:
+    store = await make_store(queue_timeout=timedelta(0))
+    job = await submit_one(store)
+    assert await store.recover() == []
+    assert (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
 
 
 async def test_a_claimed_job_does_not_queue_time_out(store: Store) -> None:
