@@ -17,6 +17,7 @@ import asyncio
 import heapq
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -328,6 +329,7 @@ class LocalStore:
         self._claimable = asyncio.Event()
         self._changed = asyncio.Event()
         self._claimable_pending = False  # a job became claimable since the last wake-up
+        self._waiting_claims: Counter[str] = Counter()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -436,11 +438,18 @@ class LocalStore:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
+            self._waiting_claims.update(wanted)
             try:
                 async with asyncio.timeout(remaining):
                     await claimable.wait()
             except TimeoutError:
                 return []
+            finally:
+                self._waiting_claims.subtract(wanted)
+
+    def waiting_claims(self, model: str) -> int:
+        """Claims blocked waiting for `model` (tests, debugging), as RedisStore's."""
+        return self._waiting_claims[model]
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str

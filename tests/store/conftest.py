@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import pytest
 
-from store import Store, StoreSettings, open_store
+from store import Store, StoreSettings, open_store, redis_store
 from store.model import (
     ClaimedJob,
     GroupSpec,
@@ -24,6 +24,7 @@ from store.model import (
     Priority,
     SubmitRequest,
 )
+from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 
 MakeStore = Callable[..., Awaitable[Store]]
@@ -63,6 +64,15 @@ async def make_store(store_url: str | None, partition: str) -> AsyncIterator[Mak
 @pytest.fixture
 async def store(make_store: MakeStore) -> Store:
     return await make_store()
+
+
+@pytest.fixture
+def pushed_wake_ups_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RedisStore's waits re-read the store every few seconds even without a
+    wake-up; push that past every test's deadline, so a wake-up test passes
+    only through the pushed notification it is about (and needs no timing
+    bound that a loaded machine could break)."""
+    monkeypatch.setattr(redis_store, "SAFETY_RECHECK", 600.0)
 
 
 # -- helpers shared by the contract tests ------------------------------------
@@ -123,3 +133,17 @@ async def complete(store: Store, claimed: ClaimedJob, result: bytes = b"done") -
 
 async def status_of(store: Store, job_id: str, tenant: str = TENANT) -> JobStatus:
     return (await store.get(tenant, job_id)).status
+
+
+class _CountsWaitingClaims(Protocol):
+    def waiting_claims(self, model: str) -> int: ...
+
+
+async def claim_is_waiting(store: Store, model: str = MODEL) -> None:
+    """Return once a claim on `store` for `model` found nothing and blocks waiting."""
+    counter = cast(_CountsWaitingClaims, store)
+
+    async def waiting() -> bool:
+        return counter.waiting_claims(model) > 0
+
+    await assert_eventually(waiting, message="no claim is waiting")

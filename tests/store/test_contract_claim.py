@@ -15,6 +15,7 @@ from tests.store.conftest import (
     MODEL,
     TENANT,
     MakeStore,
+    claim_is_waiting,
     claim_one,
     complete,
     submit_group,
@@ -84,16 +85,14 @@ async def test_each_job_of_a_batch_has_its_own_lease(store: Store) -> None:
 # -- long-poll ----------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("pushed_wake_ups_only")
 async def test_waiting_claim_wakes_as_soon_as_a_job_is_submitted(store: Store) -> None:
-    waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=10)))
-    await asyncio.sleep(0.1)  # let the claim start waiting
-    assert not waiting.done()
-    submitted_at = time.monotonic()
+    waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=30)))
+    await claim_is_waiting(store)
     job = await submit_one(store)
-    claimed = await asyncio.wait_for(waiting, timeout=5)
-    latency = time.monotonic() - submitted_at
+    # Without the wake-up the claim would sleep out its 30 s wait (no re-check).
+    claimed = await asyncio.wait_for(waiting, timeout=20)
     assert [c.job.id for c in claimed] == [job.id]
-    assert latency < 1.0, f"claim woke {latency:.3f}s after the submit"
 
 
 async def test_waiting_claim_returns_empty_when_wait_passes(store: Store) -> None:
@@ -105,29 +104,34 @@ async def test_waiting_claim_returns_empty_when_wait_passes(store: Store) -> Non
 
 
 async def test_waiting_claim_ignores_jobs_for_other_models(store: Store) -> None:
-    waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=0.5)))
-    await asyncio.sleep(0.05)
+    waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=1)))
+    await claim_is_waiting(store)
     await submit_one(store, model="other")
     assert await waiting == []
 
 
 async def start_waiting_claim(store: Store) -> asyncio.Task[list[ClaimedJob]]:
-    """A claim long-polling for 10 s, already waiting when this returns."""
-    waiting = asyncio.create_task(store.claim("waiter", [MODEL], wait=timedelta(seconds=10)))
-    await asyncio.sleep(0.1)
-    assert not waiting.done()
+    """A claim long-polling for 30 s, already waiting when this returns.
+
+    Tests using it take `pushed_wake_ups_only`: the claim returns its job
+    only if the transition under test woke it.
+    """
+    waiting = asyncio.create_task(store.claim("waiter", [MODEL], wait=timedelta(seconds=30)))
+    await claim_is_waiting(store)
     return waiting
 
 
+@pytest.mark.usefixtures("pushed_wake_ups_only")
 async def test_waiting_claim_wakes_when_a_held_child_is_released(store: Store) -> None:
     group = await submit_group(store, 2, max_parallel=1)
     first = await claim_one(store)
     waiting = await start_waiting_claim(store)
     await complete(store, first)
-    claimed = await asyncio.wait_for(waiting, timeout=2)
+    claimed = await asyncio.wait_for(waiting, timeout=20)
     assert [c.job.id for c in claimed] == [group.children[1].id]
 
 
+@pytest.mark.usefixtures("pushed_wake_ups_only")
 async def test_waiting_claim_wakes_when_recovery_requeues_a_job(make_store: MakeStore) -> None:
     store = await make_store(lease_timeout=timedelta(seconds=0.2))
     job = await submit_one(store)
@@ -138,10 +142,11 @@ async def test_waiting_claim_wakes_when_recovery_requeues_a_job(make_store: Make
         await store.recover()
         return waiting.done()
 
-    await assert_eventually(requeued)
+    await assert_eventually(requeued, timeout=20)
     assert [c.job.id for c in waiting.result()] == [job.id]
 
 
+@pytest.mark.usefixtures("pushed_wake_ups_only")
 async def test_waiting_claim_wakes_when_a_retry_becomes_due(make_store: MakeStore) -> None:
     store = await make_store(retry_backoff_base=timedelta(seconds=0.2))
     job = await submit_one(store)
@@ -153,7 +158,7 @@ async def test_waiting_claim_wakes_when_a_retry_becomes_due(make_store: MakeStor
         await store.recover()
         return waiting.done()
 
-    await assert_eventually(promoted)
+    await assert_eventually(promoted, timeout=20)
     assert [c.job.id for c in waiting.result()] == [job.id]
 
 
