@@ -521,19 +521,24 @@ async def test_each_hot_path_call_is_one_evalsha(
 # -- wake-ups across replicas -------------------------------------------
 
 
+# These run with `pushed_wake_ups_only`: without the cross-replica wake-up
+# the waiting claim would sleep out its whole 30 s wait, so they need no
+# latency bound (a 1 s bound once failed on a loaded machine).
+
+
+@pytest.mark.usefixtures("pushed_wake_ups_only")
 async def test_a_claim_waiting_on_one_replica_wakes_on_a_submit_to_another(
     make_store: StoreFactory,
 ) -> None:
     worker_side, gateway_side = await make_store(), await make_store()
-    waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=10)))
+    waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=30)))
     await assert_eventually(lambda: claim_waiting(worker_side))
-    started = time.monotonic()
     job = (await gateway_side.submit(request())).job
-    claimed = await asyncio.wait_for(waiting, 5)
+    claimed = await asyncio.wait_for(waiting, 20)
     assert [c.job.id for c in claimed] == [job.id]
-    assert time.monotonic() - started < 1.0  # pushed, not the 5 s safety re-check
 
 
+@pytest.mark.usefixtures("pushed_wake_ups_only")
 async def test_a_claim_waiting_on_one_replica_wakes_on_a_release_by_another(
     make_store: StoreFactory, raw: Redis
 ) -> None:
@@ -541,14 +546,12 @@ async def test_a_claim_waiting_on_one_replica_wakes_on_a_release_by_another(
     other = await make_store(lease_timeout=timedelta(seconds=0.05))
     job = (await other.submit(request())).job
     await other.claim("w0", [MODEL])
-    waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=10)))
+    waiting = asyncio.ensure_future(worker_side.claim("w1", [MODEL], wait=timedelta(seconds=30)))
     await assert_eventually(lambda: claim_waiting(worker_side))
     await assert_eventually(lambda: eq(expired_leases(raw, other), 1))
-    started = time.monotonic()
     await other.recover()
-    claimed = await asyncio.wait_for(waiting, 5)
+    claimed = await asyncio.wait_for(waiting, 20)
     assert [c.job.id for c in claimed] == [job.id]
-    assert time.monotonic() - started < 1.0
 
 
 async def test_a_watch_on_one_replica_follows_changes_made_on_another(
