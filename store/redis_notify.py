@@ -45,10 +45,13 @@ class Listener:
         self.event = asyncio.Event()
         self.waiting = False
 
-    def add(self, topic: str) -> None:
-        if topic not in self.topics:
-            self.topics.add(topic)
-            self._notifier._index(self, topic)
+    def add(self, topic: str) -> bool:
+        """Listen to one more topic; True if it is new (messages before now were missed)."""
+        if topic in self.topics:
+            return False
+        self.topics.add(topic)
+        self._notifier._index(self, topic)
+        return True
 
     def clear(self) -> None:
         self.event.clear()

@@ -408,9 +408,13 @@ class RedisStore:
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
                     # positions move when the queue shrinks or a job is queued
-                    # ahead; listen before yielding, so no change slips by
-                    listener.add(f"q {job.model}")
-                    listener.add(f"r {job.model}")
+                    # ahead; a move published between our read and now was
+                    # not heard, so read again once the topics are new
+                    new_q = listener.add(f"q {job.model}")
+                    new_r = listener.add(f"r {job.model}")
+                    if new_q or new_r:
+                        listener.clear()
+                        job = await self.get(tenant, job_id)
                 if _watch_key(job) != seen:
                     seen = _watch_key(job)
                     yield job

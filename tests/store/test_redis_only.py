@@ -576,3 +576,33 @@ async def test_a_watch_on_one_replica_follows_changes_made_on_another(
     assert (await step()).status is JobStatus.COMPLETED
     with pytest.raises(StopAsyncIteration):
         await step()
+
+
+@pytest.mark.usefixtures("pushed_wake_ups_only")
+async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watcher_side, worker_side = await make_store(), await make_store()
+    await worker_side.submit(request())
+    job = (await worker_side.submit(request())).job
+    read = watcher_side.get
+    first_read = True
+
+    async def read_then_claim_ahead(tenant: str, job_id: str) -> Any:
+        # The job ahead is claimed after the watch's first read and before it
+        # listens to its queue: the "q" message goes by unheard.
+        nonlocal first_read
+        snapshot = await read(tenant, job_id)
+        if first_read:
+            first_read = False
+            with watcher_side._notifier.listen([f"q {MODEL}"]) as heard:
+                await worker_side.claim("w1", [MODEL])
+                await heard.wait(10)
+        return snapshot
+
+    monkeypatch.setattr(watcher_side, "get", read_then_claim_ahead)
+    stream = watcher_side.watch(TENANT, job.id)
+    seen = await asyncio.wait_for(anext(stream), 5)
+    if seen.queue_position != 0:
+        seen = await asyncio.wait_for(anext(stream), 5)
+    assert seen.queue_position == 0
