@@ -7,7 +7,8 @@ import time
 
 import grpc
 
-from tests.e2e.api import INTERACTIVE, PROCESSING, QUEUED, Api, failure_of
+from jobgate.v1 import worker_service_pb2
+from tests.e2e.api import INTERACTIVE, PROCESSING, QUEUED, Api, duration, failure_of
 from tests.e2e.conftest import ApiFactory
 from tests.e2e.test_cancel import UNKNOWN_ID
 
@@ -146,3 +147,38 @@ async def test_a_finished_job_has_ordered_timestamps_and_its_result(api: Api, mo
     assert all(t.ToNanoseconds() > 0 for t in times)
     assert [t.ToNanoseconds() for t in times] == sorted(t.ToNanoseconds() for t in times)
     assert done.update_time.ToNanoseconds() >= done.end_time.ToNanoseconds()
+
+
+async def assert_next_claim_gets_a_fresh_job(api: Api, model: str) -> None:
+    job = await api.submit(model)
+    submitted = time.monotonic()
+    claimed = await api.claim_one(model, wait=5.0)
+
+    assert claimed.job.id == job.id
+    assert claimed.job.attempts == 1, "an abandoned long poll took the job first"
+    assert time.monotonic() - submitted < 1.0
+
+
+async def test_an_abandoned_long_poll_swallows_no_job(api: Api, model: str) -> None:
+    abandoned = asyncio.create_task(api.claim([model], wait=20.0))
+    done, _ = await asyncio.wait({abandoned}, timeout=0.3)
+    assert not done
+
+    abandoned.cancel()
+    await asyncio.gather(abandoned, return_exceptions=True)
+
+    await assert_next_claim_gets_a_fresh_job(api, model)
+
+
+async def test_a_long_poll_past_its_callers_deadline_swallows_no_job(api: Api, model: str) -> None:
+    request = worker_service_pb2.ClaimNextRequest(
+        worker_id=api.worker_id, models=[model], wait=duration(20.0)
+    )
+    try:
+        answer = await api.workers.ClaimNext(request, timeout=1.0)
+    except grpc.aio.AioRpcError as error:
+        assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED, error
+    else:
+        assert list(answer.jobs) == []
+
+    await assert_next_claim_gets_a_fresh_job(api, model)
