@@ -41,6 +41,7 @@ from store.model import (
     Priority,
     SubmitRequest,
 )
+from store.redis_store import RedisStore
 from tests.redis_server import RedisServer
 
 T = TypeVar("T")
@@ -273,6 +274,7 @@ class StoreTwins(RuleBasedStateMachine):
     def stores_agree_and_nothing_is_lost(self) -> None:
         queued: list[int] = []
         processing: list[int] = []
+        live = 0
         for index, twin in enumerate(self.twins):
             local, redis = self.job_call(index, lambda store, job: store.get(TENANT, job))
             assert not isinstance(local, StoreError), f"job {index} lost: {local!r}"
@@ -286,15 +288,26 @@ class StoreTwins(RuleBasedStateMachine):
                     assert local.status is status, "a terminal status changed"
             self.seen[index] = (local.status, local.attempts)
             if twin.kind is not JobKind.GROUP:
+                live += local.status not in TERMINAL_STATUSES
                 if local.status is JobStatus.QUEUED and index not in self.backing_off:
                     queued.append(index)
                 if local.status is JobStatus.PROCESSING:
                     processing.append(index)
+        self.check_live_counters(live)
         for store in self.stores:
             depths = self.run(store.queue_depths())
             assert sum(depths.values()) == len(queued), "a queued job is not claimable"
             flying = self.run(store.in_flight())
             assert sum(flying.values()) == len(processing), "in_flight is off"
+
+    def check_live_counters(self, live: int) -> None:
+        """Admission reads these counters: a drift would one day refuse every submit."""
+        local, redis = self.stores
+        assert isinstance(local, LocalStore) and isinstance(redis, RedisStore)
+        assert (local._live_by_tenant.get(TENANT, 0), local._live_total) == (live, live)
+        by_tenant = self.run(redis._client.hget(redis.keys.live, TENANT))
+        total = self.run(redis._client.get(redis.keys.live_total))
+        assert (int(by_tenant or 0), int(total or 0)) == (live, live)
 
 
 @pytest.mark.redis
