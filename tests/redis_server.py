@@ -7,6 +7,7 @@ its own temp dir so a test may stop, restart or kill it.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -16,12 +17,23 @@ from pathlib import Path
 
 import pytest
 
+# Ports handed out below the kernel's ephemeral range (32768+ here): a port the
+# kernel picked for us with bind(0) can be taken by an outgoing connection
+# before the server we start binds it.
+_PORT_RANGE = (20000, 32000)
+
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port that is free now, outside the ephemeral range."""
+    for _ in range(200):
+        port = random.randrange(*_PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port found")
 
 
 def require_redis_server() -> str:
@@ -33,6 +45,10 @@ def require_redis_server() -> str:
             pytest.fail(message + " (JOBGATE_REQUIRE_REDIS=1)")
         pytest.skip(message)
     return path
+
+
+class _PortTaken(RuntimeError):
+    """redis-server could not bind its port."""
 
 
 class RedisServer:
@@ -48,6 +64,16 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> None:
+        """Start, moving to another port if someone took this one meanwhile."""
+        for _ in range(5):
+            try:
+                self._start_once(timeout)
+                return
+            except _PortTaken:
+                self.port = free_port()
+        self._start_once(timeout)
+
+    def _start_once(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = [
             self.binary,
@@ -65,6 +91,8 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 log = (self.workdir / "redis.log").read_text(errors="replace")
+                if "Address already in use" in log:
+                    raise _PortTaken(log)
                 raise RuntimeError(f"redis-server exited at start:\n{log}")
             if self._answers_ping():
                 return

@@ -17,10 +17,11 @@ import pytest
 from tests.e2e.api import Api, spec
 from tests.e2e.harness import REPO_ROOT, Deployment, server_environment
 
+# The embedded store's stream lives inside the serve process: Redis topology only.
+pytestmark = pytest.mark.parametrize("deployment", ["redis"], indirect=True)
+
 
 def events_of(deployment: Deployment, job_id: str) -> list[dict[str, Any]]:
-    if deployment.topology != "redis":
-        pytest.skip("the embedded store's audit stream is inside the serve process")
     argv = [sys.executable, "-m", "jobgate.cli", "events", "--json", "--job", job_id]
     argv += ["--redis-url", deployment.settings["redis-url"]]
     argv += ["--redis-partition", deployment.settings["redis-partition"]]
@@ -38,8 +39,6 @@ def events_of(deployment: Deployment, job_id: str) -> list[dict[str, Any]]:
 async def test_every_transition_of_a_job_is_in_the_audit_stream(
     api: Api, model: str, deployment: Deployment, tenant: str
 ) -> None:
-    if deployment.topology != "redis":
-        pytest.skip("the embedded store's audit stream is inside the serve process")
     job = await api.submit(model, max_attempts=3)
     first = await api.claim_one(model)
     await api.fail(job.id, first.lease_id, retryable=True)
@@ -63,8 +62,6 @@ async def test_every_transition_of_a_job_is_in_the_audit_stream(
 async def test_a_childs_events_name_its_parent(
     api: Api, model: str, deployment: Deployment
 ) -> None:
-    if deployment.topology != "redis":
-        pytest.skip("the embedded store's audit stream is inside the serve process")
     group = await api.submit_group([spec(model)])
     await api.run_to_completion(model)
 
