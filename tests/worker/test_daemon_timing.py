@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -50,9 +51,12 @@ async def test_heartbeats_come_every_third_of_the_lease_while_the_handler_burns_
     async with running_worker(target, "m", busy):
         await asyncio.wait_for(service.acknowledged.wait(), 10)
 
-    beats = [seen.at for seen in service.heartbeats]
-    assert len(beats) >= 4
-    assert max(gaps(beats)) < LEASE / 3 + 0.2
+    beats = gaps([seen.at for seen in service.heartbeats])
+    assert len(beats) >= 3
+    # Typically a third of the lease; a load spike on the test machine may delay
+    # one beat, but none comes near losing the lease.
+    assert abs(statistics.median(beats) - LEASE / 3) < 0.1
+    assert max(beats) < LEASE * 2 / 3
 
 
 async def test_only_the_latest_progress_is_sent(fake: Fake) -> None:
@@ -143,9 +147,13 @@ async def test_a_lost_lease_stops_the_job_and_reports_nothing(fake: Fake) -> Non
         return "late"
 
     service.add_job("J1")
-    async with running_worker(target, "m", waits):
+    async with running_worker(target, "m", waits) as worker:
         assert await asyncio.to_thread(stopped.wait, 5)
-        await asyncio.sleep(LEASE / 3)  # time enough for a (wrong) SetResult to arrive
+
+        async def job_over() -> bool:  # after this no (wrong) SetResult can come
+            return not worker.active
+
+        await assert_eventually(job_over)
 
     assert service.results == []
     assert len(service.heartbeats) == 1  # no heartbeats after the lease is gone
