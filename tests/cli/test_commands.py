@@ -59,9 +59,9 @@ def test_get_output_writes_the_raw_result(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_watch_shows_each_stage_with_its_progress_then_the_outcome(cli: Cli) -> None:
-    # Each stage lasts longer than the worker's progress interval (0.5 s), so each is
-    # sent; --wait follows from the moment of submission, so none is missed.
-    args = ("--model", "cli-staged", "--data", "good", "--label", "pause=0.8")
+    # Each stage outlasts the worker's progress interval (0.5 s) by enough (0.7 s)
+    # that a loaded machine still sends each; --wait follows from submission on.
+    args = ("--model", "cli-staged", "--data", "good", "--label", "pause=1.2")
 
     result = cli.run("submit", *args, "--wait")
 
