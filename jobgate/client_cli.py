@@ -25,6 +25,7 @@ from jobgate._client_channel import ConnectionConfig
 from jobgate._client_render import ProgressLine, describe_job, job_line
 from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priority_value
 from jobgate.errors import JobgateError
+from jobgate.serving.settings import LOG_LEVELS
 from jobgate.v1 import job_pb2, job_service_pb2
 
 EXIT_OK = 0
@@ -178,7 +179,7 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--tls-ca", metavar="FILE")
     parser.add_argument("--tls-cert", metavar="FILE")
     parser.add_argument("--tls-key", metavar="FILE")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -305,12 +306,15 @@ def _child(item: Any, index: int, default_model: str | None, path: str) -> job_p
     labels = item.get("labels") or {}
     if not isinstance(labels, dict):
         raise UsageError(f"{where}: labels must be an object")
+    max_attempts = item.get("max_attempts", 0)
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool):
+        raise UsageError(f"{where}: max_attempts must be a whole number")
     return job_spec(
         str(model),
         payload,
         content_type=str(item.get("content_type") or default_type),
         labels={str(k): str(v) for k, v in labels.items()},
-        max_attempts=int(item.get("max_attempts", 0)),
+        max_attempts=max_attempts,
     )
 
 

@@ -61,6 +61,7 @@ def test_group_file_may_be_json_lines_with_binary_payloads(tmp_path: Path) -> No
         ('[{"data": "x"}]', "no model"),
         ('[{"model": "a", "payload_b64": "%%%"}]', "not base64"),
         ('[{"model": "a", "labels": [1]}]', "labels must be an object"),
+        ('[{"model": "a", "max_attempts": "many"}]', "max_attempts must be a whole number"),
     ],
 )
 def test_a_malformed_group_file_is_a_usage_error(tmp_path: Path, text: str, message: str) -> None:
