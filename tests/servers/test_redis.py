@@ -56,6 +56,21 @@ async def test_stream_on_one_replica_sees_a_result_set_on_another(
     assert (await rest_of(stream))[-1].status == job_pb2.JOB_STATUS_COMPLETED
 
 
+async def test_stream_on_one_replica_refreshes_the_queue_position_after_a_claim_on_another(
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+) -> None:
+    first = await _replica(make_harness, redis_server.url, partition)
+    second = await _replica(make_harness, redis_server.url, partition)
+    await first.submit()
+    behind = await first.submit()
+    stream = first.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id=behind.id))
+    assert (await next_job(stream)).queue_position == 1
+    await second.claim()
+    moved_up = await next_job(stream)
+    assert moved_up.HasField("queue_position") and moved_up.queue_position == 0
+    stream.cancel()
+
+
 async def test_store_down_is_unavailable_within_two_seconds_and_recovers(
     make_harness: MakeHarness, own_redis: RedisServer, partition: str
 ) -> None:

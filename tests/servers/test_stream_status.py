@@ -61,3 +61,15 @@ async def test_client_going_away_closes_the_store_watch(make_harness: MakeHarnes
         return store.open_watches == 0 and harness.serving.lifecycle.in_flight == 0
 
     await assert_eventually(released)
+
+
+async def test_stream_refreshes_the_queue_position_as_jobs_ahead_leave(harness: Harness) -> None:
+    await harness.submit()
+    behind = await harness.submit()
+    stream = harness.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id=behind.id))
+    assert (await next_job(stream)).queue_position == 1
+    await harness.claim()
+    moved_up = await next_job(stream)
+    assert moved_up.status == job_pb2.JOB_STATUS_QUEUED
+    assert moved_up.HasField("queue_position") and moved_up.queue_position == 0
+    stream.cancel()
