@@ -24,10 +24,10 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -37,6 +37,7 @@ from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
 
 log = logging.getLogger("jobgate.worker")
+T = TypeVar("T")
 
 DEFAULT_WORKER_TARGET = "127.0.0.1:50052"
 #: The longest ClaimNext long-poll the server allows is 60 s; 30 s keeps
@@ -216,18 +217,10 @@ class Worker:
             timeout=self.config.claim_wait + 10.0,
             metadata=self.config.connection.metadata,
         )
-        poll = asyncio.ensure_future(call)
-        stop = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if not poll.done():
-            # Stopping: abandon the poll. A job the server claimed in that very
-            # instant is requeued when its lease expires.
-            poll.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
-                await poll
+        # Stopping abandons the poll. A job the server claimed in that very
+        # instant is requeued when its lease expires.
+        poll = await self._unless_stopping(call)
+        if poll is None:
             return None
         try:
             return poll.result()
@@ -270,11 +263,25 @@ class Worker:
 
     async def _until_stopping(self, waiting: Coroutine[Any, Any, Any]) -> None:
         """Await `waiting` unless a stop comes first."""
+        await self._unless_stopping(waiting)
+
+    async def _unless_stopping(self, waiting: Awaitable[T]) -> asyncio.Future[T] | None:
+        """Await `waiting` unless a stop comes first: its finished future, or None.
+
+        When the stop wins, `waiting` is cancelled and awaited, so nothing is
+        left running.
+        """
         task = asyncio.ensure_future(waiting)
         stop = asyncio.ensure_future(self._stopping.wait())
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        for pending in (task, stop):
-            pending.cancel()
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                    await task
+        return task if not task.cancelled() else None
 
     async def _drain(self) -> None:
         """Wait for in-flight jobs up to the grace period (or a second signal)."""
