@@ -22,14 +22,7 @@
 --- @include "snapshot"
 --- @include "common"
 
-local ids = redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
-for _, id in ipairs(ids) do
-  redis.call('ZREM', K_LEASES, id)
-  local f = redis.call('HMGET', jk(id), 'status', 'attempts')
-  if not f[1] then
-    redis.call('ZREM', K_RUN, id)
-  elseif f[1] == 'processing' then
-    retry_or_exhaust(id, 'LEASE_EXPIRED', 'lease of attempt ' .. f[2] .. ' expired', 0)
-  end
-end
-return recover_reply(#ids)
+local handled = fail_due_attempts(K_LEASES, K_RUN, tonumber(ARGV[4]), 'LEASE_EXPIRED',
+  function(attempts) return 'lease of attempt ' .. attempts .. ' expired' end,
+  function() return 0 end)
+return recover_reply(handled)

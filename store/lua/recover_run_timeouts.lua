@@ -22,15 +22,8 @@
 --- @include "snapshot"
 --- @include "common"
 
-local ids = redis.call('ZRANGEBYSCORE', K_RUN, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
-for _, id in ipairs(ids) do
-  redis.call('ZREM', K_RUN, id)
-  local f = redis.call('HMGET', jk(id), 'status', 'attempts')
-  if not f[1] then
-    redis.call('ZREM', K_LEASES, id)
-  elseif f[1] == 'processing' then
-    retry_or_exhaust(id, 'RUN_TIMEOUT', 'attempt ' .. f[2] .. ' ran past its run_timeout',
-      backoff_ms(tonumber(f[2]), tonumber(ARGV[5]), tonumber(ARGV[6])))
-  end
-end
-return recover_reply(#ids)
+local base_ms, max_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+local handled = fail_due_attempts(K_RUN, K_LEASES, tonumber(ARGV[4]), 'RUN_TIMEOUT',
+  function(attempts) return 'attempt ' .. attempts .. ' ran past its run_timeout' end,
+  function(attempts) return backoff_ms(attempts, base_ms, max_ms) end)
+return recover_reply(handled)

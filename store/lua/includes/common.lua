@@ -278,6 +278,25 @@ local function retry_or_exhaust(id, error_code, error_message, delay_ms)
   to_queued(id, 'processing', delay_ms)
 end
 
+-- Recovery of PROCESSING attempts whose deadline in `due_key` (leases or
+-- run_deadlines) passed: each is a failed attempt, requeued after
+-- delay_of(attempts) or exhausted. `other_key` is the attempt's other
+-- deadline index, cleared when the record is gone (an orphan is dropped,
+-- never recreated). Returns how many ids were due.
+local function fail_due_attempts(due_key, other_key, limit, error_code, message_of, delay_of)
+  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', NOW, 'LIMIT', 0, limit)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', due_key, id)
+    local f = redis.call('HMGET', jk(id), 'status', 'attempts')
+    if not f[1] then
+      redis.call('ZREM', other_key, id)
+    elseif f[1] == 'processing' then
+      retry_or_exhaust(id, error_code, message_of(f[2]), delay_of(tonumber(f[2])))
+    end
+  end
+  return #ids
+end
+
 -- The reply of recover scripts: items handled, then the events emitted.
 local function recover_reply(handled)
   return {handled, EMITTED}
