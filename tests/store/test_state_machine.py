@@ -29,7 +29,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from store import Store, StoreError, StoreSettings, open_store
+from store import Store, StoreError, StoreSettings, open_store, redis_store
 from store.memory import LocalStore
 from store.model import (
     TERMINAL_STATUSES,
@@ -312,7 +312,14 @@ class StoreTwins(RuleBasedStateMachine):
 
 @pytest.mark.redis
 @pytest.mark.timeout(300)  # a passing run takes ~20 s; shrinking a failure takes longer
-def test_local_and_redis_stores_agree_on_random_histories(redis_server: RedisServer) -> None:
+def test_local_and_redis_stores_agree_on_random_histories(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This compares semantics, not failure detection: a loaded CI machine
+    # that stalls one Redis reply past the 1 s socket timeout would make only
+    # the Redis side raise StoreUnavailable and read as a disagreement.
+    monkeypatch.setattr(redis_store, "SOCKET_TIMEOUT", 30.0)
+    monkeypatch.setattr(redis_store, "CONNECT_TIMEOUT", 30.0)
     StoreTwins.redis_url = redis_server.url
     run_state_machine_as_test(
         StoreTwins,
@@ -321,5 +328,7 @@ def test_local_and_redis_stores_agree_on_random_histories(redis_server: RedisSer
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
+            # a CI failure prints @reproduce_failure, so it can be replayed
+            print_blob=True,
         ),
     )
