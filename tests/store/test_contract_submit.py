@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
@@ -15,6 +16,7 @@ from store import (
     Store,
 )
 from store.model import GroupSpec, JobKind, JobStatus, Priority, SubmitRequest
+from tests.helpers import assert_eventually
 from tests.store.conftest import (
     MODEL,
     TENANT,
@@ -229,3 +231,94 @@ async def test_group_request_fingerprint_covers_max_parallel(store: Store) -> No
                 tenant=TENANT, work=GroupSpec(children, max_parallel=2), idempotency_key="g"
             )
         )
+
+
+# Every way a live job ends must give its place back exactly once: a counter
+# that drifts up would one day refuse every submit, one that drifts down
+# would let a tenant past its cap.
+
+
+async def _recover_until_terminal(store: Store, job_id: str) -> None:
+    async def ended() -> bool:
+        await store.recover()
+        return (await store.get(TENANT, job_id)).terminal
+
+    await assert_eventually(ended, timeout=10)
+
+
+async def _end_by_cancel_while_queued(store: Store) -> None:
+    await store.cancel(TENANT, (await submit_one(store)).id)
+
+
+async def _end_by_cancel_while_processing(store: Store) -> None:
+    await submit_one(store)
+    await store.cancel(TENANT, (await claim_one(store)).job.id)
+
+
+async def _end_by_completion(store: Store) -> None:
+    await submit_one(store)
+    claimed = await claim_one(store)
+    await store.set_result(claimed.job.id, claimed.lease_id, JobStatus.COMPLETED)
+
+
+async def _end_by_exhausted_retries(store: Store) -> None:
+    await submit_one(store, max_attempts=1)
+    claimed = await claim_one(store)
+    await store.set_result(claimed.job.id, claimed.lease_id, JobStatus.FAILED, retryable=True)
+
+
+async def _end_by_queue_timeout(store: Store) -> None:
+    job = await submit_one(store, queue_timeout=timedelta(seconds=0.05))
+    await _recover_until_terminal(store, job.id)
+
+
+async def _end_by_lease_expiry(store: Store) -> None:
+    job = await submit_one(store, max_attempts=1)
+    await claim_one(store)
+    await _recover_until_terminal(store, job.id)
+
+
+async def _end_by_run_timeout(store: Store) -> None:
+    job = await submit_one(store, max_attempts=1, run_timeout=timedelta(seconds=0.05))
+    await claim_one(store)
+    await _recover_until_terminal(store, job.id)
+
+
+ENDINGS = {
+    "cancel-queued": _end_by_cancel_while_queued,
+    "cancel-processing": _end_by_cancel_while_processing,
+    "completion": _end_by_completion,
+    "exhausted-retries": _end_by_exhausted_retries,
+    "queue-timeout": _end_by_queue_timeout,
+    "lease-expiry": _end_by_lease_expiry,
+    "run-timeout": _end_by_run_timeout,
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_every_way_a_job_ends_gives_back_exactly_its_place(
+    make_store: MakeStore, ending: str
+) -> None:
+    store = await make_store(
+        max_live_per_tenant=1, max_live_total=1, lease_timeout=timedelta(seconds=0.05)
+    )
+    await ENDINGS[ending](store)
+    await submit_one(store)
+    with pytest.raises(QuotaExceeded):
+        await submit_one(store)
+
+
+async def test_a_cancelled_group_gives_back_its_places_as_its_children_end(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store(max_live_per_tenant=2, max_live_total=2)
+    group = await submit_group(store, 2)
+    running = await claim_one(store)
+    await store.cancel(TENANT, group.id)
+    await submit_one(store)  # the queued child's place
+    with pytest.raises(QuotaExceeded):
+        await submit_one(store)
+    await store.set_result(running.job.id, running.lease_id, JobStatus.COMPLETED)
+    await submit_one(store)  # the running child's place, once it ended
+    with pytest.raises(QuotaExceeded):
+        await submit_one(store)
