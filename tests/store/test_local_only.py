@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from store import StoreSettings, StoreUnavailable
 from store.memory import LocalStore, _OrderedQueue, _Record
 from store.model import JobSpec, JobStatus, SubmitRequest
-from tests.store.conftest import MODEL, TENANT
+from tests.store.conftest import MODEL, TENANT, claim_is_waiting
 
 # -- the ordered queue against a plain sorted list ------------------------------------
 
@@ -128,7 +128,7 @@ async def test_claim_cost_does_not_grow_with_queue_depth() -> None:
 async def test_close_wakes_a_waiting_claim_which_returns_empty() -> None:
     store = LocalStore(StoreSettings())
     waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=30)))
-    await asyncio.sleep(0.05)
+    await claim_is_waiting(store, MODEL)
     await store.close()
     assert await asyncio.wait_for(waiting, timeout=2) == []
 
