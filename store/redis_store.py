@@ -21,8 +21,15 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 from ulid import ULID
 
 from store.codes import error_for
@@ -70,6 +77,10 @@ MAX_CLAIM = 64
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
 # Redis error replies that mean "not available right now", not a bug.
+# redis-py turns some into their own classes and strips the code from the
+# text (READONLY, MASTERDOWN, TRYAGAIN...), so both the classes and the
+# prefixes of the unclassed ones (BUSY, MISCONF) are listed.
+_UNAVAILABLE_ERRORS = (ReadOnlyError, TryAgainError, ClusterDownError)
 _UNAVAILABLE_PREFIXES = ("LOADING", "BUSY", "MISCONF", "READONLY", "MASTERDOWN", "TRYAGAIN")
 
 
@@ -80,6 +91,8 @@ def _translated(operation: str) -> Iterator[None]:
         yield
     except OutOfMemoryError as error:
         raise QueueFull(f"store out of memory during {operation}") from error
+    except _UNAVAILABLE_ERRORS as error:
+        raise StoreUnavailable(f"{operation}: {error}") from error
     except ResponseError as error:
         text = str(error)
         if text.startswith("OOM"):

@@ -30,7 +30,7 @@ from store.model import GroupSpec, JobSpec, JobStatus, SubmitRequest
 from store.redis_scripts import Script
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -196,6 +196,25 @@ async def test_stopped_redis_is_store_unavailable_within_a_second(
     with pytest.raises(StoreUnavailable):
         await calls[operation]()
     assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("serve_stale_data", ["yes", "no"])
+async def test_a_redis_turned_replica_is_store_unavailable(
+    store: RedisStore, raw: Redis, serve_stale_data: str
+) -> None:
+    # Mid-failover the old primary answers READONLY (writes) or MASTERDOWN
+    # (everything, with replica-serve-stale-data no): "try again", never an
+    # internal error.
+    job = (await store.submit(request())).job
+    await raw.config_set("replica-serve-stale-data", serve_stale_data)
+    await raw.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.submit(request())
+        with pytest.raises(StoreUnavailable):
+            await store.cancel(TENANT, job.id)
+    finally:
+        await raw.execute_command("REPLICAOF", "NO", "ONE")
 
 
 async def test_the_store_works_again_after_redis_returns(
