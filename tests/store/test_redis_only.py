@@ -207,14 +207,14 @@ async def test_a_redis_turned_replica_is_store_unavailable(
     # internal error.
     job = (await store.submit(request())).job
     await raw.config_set("replica-serve-stale-data", serve_stale_data)
-    await raw.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))
+    await raw.replicaof("127.0.0.1", free_port())
     try:
         with pytest.raises(StoreUnavailable):
             await store.submit(request())
         with pytest.raises(StoreUnavailable):
             await store.cancel(TENANT, job.id)
     finally:
-        await raw.execute_command("REPLICAOF", "NO", "ONE")
+        await raw.replicaof("NO", "ONE")
 
 
 async def test_the_store_works_again_after_redis_returns(
