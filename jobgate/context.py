@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 from jobgate.errors import JobCancelledError
+from jobgate.serving.validation import MAX_STAGE_BYTES
 from jobgate.v1 import job_pb2
 
 
@@ -59,13 +60,16 @@ class JobContext:
         """Record progress (0..1, clamped) and optionally the current stage.
 
         Cheap and non-blocking: the daemon sends only the latest values with
-        its next heartbeat. An empty `stage` keeps the previous stage.
+        its next heartbeat. An empty `stage` keeps the previous stage; a stage
+        is cut to 128 UTF-8 bytes.
         """
         value = min(1.0, max(0.0, float(progress)))
         with self._lock:
             self._progress = value
             if stage:
-                self._stage = stage
+                # The server refuses a longer stage, and with it the heartbeat
+                # that keeps the lease: cut it instead.
+                self._stage = stage.encode()[:MAX_STAGE_BYTES].decode(errors="ignore")
         if self._on_report is not None:
             self._on_report()
 

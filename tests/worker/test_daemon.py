@@ -56,6 +56,29 @@ async def test_heartbeats_carry_the_latest_progress_and_stage(
         assert (await finished(client, job.id)).status == job_pb2.JOB_STATUS_COMPLETED
 
 
+async def test_a_stage_longer_than_the_server_takes_is_cut_not_refused(
+    server: Deployment, client: JobClient, model: str
+) -> None:
+    release = threading.Event()
+
+    def verbose(ctx: JobContext) -> str:
+        ctx.report(0.5, "décodage " * 40)  # 400 bytes; the server takes 128
+        release.wait(10)
+        return "done"
+
+    async with running_worker(server.worker_target, model, verbose):
+        job = await client.submit(model, b"x")
+
+        async def stage_seen() -> str:
+            return (await client.get(job.id)).stage
+
+        stage = await assert_eventually(stage_seen, timeout=5)
+        release.set()
+        await finished(client, job.id)
+
+    assert stage.startswith("décodage") and len(stage.encode()) <= 128
+
+
 async def test_cancel_reaches_a_sync_handler_and_no_result_is_reported(
     server: Deployment, client: JobClient, model: str
 ) -> None:
