@@ -812,6 +812,13 @@ class LocalStore:
         self, record: _Record, error_code: str, error_message: str, now: float, *, backoff: bool
     ) -> None:
         """End an attempt that may be retried: requeue it, or fail it past max_attempts."""
+        parent = self._jobs.get(record.parent_id)
+        if parent is not None and parent.status is JobStatus.CANCELLED:
+            # a running child may finish its attempt after its group was
+            # cancelled, but a retry would queue work for a cancelled group
+            record.error_code, record.error_message = ERROR_CANCELLED, "its group was cancelled"
+            self._end(record, JobStatus.CANCELLED, now)
+            return
         if record.attempts >= record.max_attempts:
             record.error_code = ERROR_ATTEMPTS_EXHAUSTED
             record.error_message = f"{error_code}: {error_message}" if error_message else error_code

@@ -16,7 +16,8 @@
 
   Transitions: PROCESSING -> QUEUED (same sequence, claimable at once,
   error_code LEASE_EXPIRED); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED) past
-  max_attempts, with the group steps of a child's end.
+  max_attempts, or -> CANCELLED for a child of a cancelled group (never
+  retried), with the group steps of a child's end.
 ]]
 --- @include "keys"
 --- @include "snapshot"

@@ -15,7 +15,8 @@
     {handled, events}  (as recover_leases)
 
   Transitions: PROCESSING -> QUEUED (delayed: in `retries` until the backoff
-  ends); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED) past max_attempts. The lease
+  ends); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED) past max_attempts, or
+  -> CANCELLED for a child of a cancelled group (never retried). The lease
   dies: the worker's next heartbeat gets LEASE_LOST.
 ]]
 --- @include "keys"

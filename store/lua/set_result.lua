@@ -30,7 +30,8 @@
 
   Transitions: PROCESSING -> COMPLETED | FAILED; PROCESSING -> QUEUED (retry,
   claimable after base * 2^(attempts-1), capped), or FAILED with
-  ATTEMPTS_EXHAUSTED past max_attempts; a child's end may release
+  ATTEMPTS_EXHAUSTED past max_attempts, or CANCELLED instead of a retry when
+  the job is a child of a cancelled group; a child's end may release
   the next HELD child (HELD -> QUEUED) and end its parent (-> COMPLETED |
   FAILED | PARTIAL). TTL: result_ttl on the terminal job's record, payload,
   result and idempotency key. Under OOM it still runs: oom_guard writes first.

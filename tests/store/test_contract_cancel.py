@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from store import Store
 from store.model import ERROR_CANCELLED, JobStatus
+from tests.helpers import assert_eventually
 from tests.store.conftest import (
     MODEL,
     TENANT,
+    MakeStore,
     claim_one,
     complete,
     status_of,
@@ -103,6 +107,36 @@ async def test_cancel_of_a_group_lets_running_children_finish_and_keep_results(
     assert await status_of(store, group.id) is JobStatus.CANCELLED
     statuses = [child.status for child in await store.list_children(TENANT, group.id)]
     assert statuses == [JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.CANCELLED]
+
+
+async def test_a_running_child_of_a_cancelled_group_is_not_retried(store: Store) -> None:
+    # It may finish its attempt, but a retry would queue work for a group
+    # that is cancelled: the child ends CANCELLED instead.
+    group = await submit_group(store, 2, max_attempts=3)
+    running = await claim_one(store)
+    await store.cancel(TENANT, group.id)
+    ended = await store.set_result(
+        running.job.id, running.lease_id, JobStatus.FAILED, error_code="OOM", retryable=True
+    )
+    assert (ended.status, ended.error_code) == (JobStatus.CANCELLED, ERROR_CANCELLED)
+    assert await store.claim("w1", [MODEL]) == []
+    assert await status_of(store, group.id) is JobStatus.CANCELLED
+
+
+async def test_an_expired_lease_of_a_cancelled_groups_child_is_not_requeued(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.05))
+    group = await submit_group(store, 2, max_attempts=3)
+    running = await claim_one(store)
+    await store.cancel(TENANT, group.id)
+
+    async def ended() -> bool:
+        await store.recover()
+        return await status_of(store, running.job.id) is JobStatus.CANCELLED
+
+    await assert_eventually(ended, timeout=10)
+    assert await store.claim("w1", [MODEL]) == []
 
 
 async def test_cancel_of_a_finished_group_is_not_an_error(store: Store) -> None:

@@ -264,7 +264,13 @@ end
 -- FAILED with ATTEMPTS_EXHAUSTED past max_attempts.
 local function retry_or_exhaust(id, error_code, error_message, delay_ms)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model')
+  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model', 'parent_id')
+  -- a running child may finish its attempt after its group was cancelled,
+  -- but a retry would queue work for a cancelled group
+  if f[4] and f[4] ~= '' and redis.call('HGET', jk(f[4]), 'status') == 'cancelled' then
+    finish(id, 'cancelled', 'CANCELLED', 'its group was cancelled')
+    return
+  end
   if tonumber(f[1]) >= tonumber(f[2]) then
     local message = error_code
     if error_message ~= '' then
