@@ -107,7 +107,7 @@ async def test_a_held_job_survives_a_worker_server_restart_and_its_result_lands(
     worker_server = next(p for p in redis_servers.processes if p.name.startswith("worker"))
     async with (
         JobClient(redis_servers.job_target) as client,
-        running_worker(redis_servers.worker_target, model, held),
+        running_worker(redis_servers.worker_target, model, held) as worker,
     ):
         job = await client.submit(model, b"x")
         assert await asyncio.to_thread(started.wait, 10)
@@ -116,6 +116,13 @@ async def test_a_held_job_survives_a_worker_server_restart_and_its_result_lands(
         release.set()  # the result is ready while the worker server is down
         await asyncio.to_thread(restart_process, worker_server)
         done = await client.wait_for_result(job.id, timeout=20)
+
+        async def acknowledged() -> bool:
+            # The stream can show COMPLETED before the worker reads the answer
+            # to its SetResult; stopping it then would cut that short.
+            return not worker.active
+
+        await assert_eventually(acknowledged)
 
     assert done.status == job_pb2.JOB_STATUS_COMPLETED
     assert done.result == b"finished attempt 1"
