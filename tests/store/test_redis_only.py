@@ -177,7 +177,9 @@ async def test_a_hung_redis_fails_a_call_within_the_socket_timeout(
             await store.get(TENANT, job.id)
     finally:
         resume(server)
-    assert time.monotonic() - started < 1.5
+    # the 1 s socket timeout, with room for a loaded machine; a hang would be
+    # unbounded
+    assert time.monotonic() - started < 2.5
 
 
 @pytest.mark.parametrize("operation", ["get", "submit", "claim", "heartbeat"])
