@@ -56,7 +56,7 @@ async def test_sigterm_finishes_the_job_in_hand_claims_nothing_more_and_exits_0(
             # the ClaimNext answer is still on its way is abandoned by the stop.
             return (await client.get(running.id)).stage == "working"
 
-        await assert_eventually(in_the_handler, timeout=10)
+        await assert_eventually(in_the_handler, timeout=20)  # a loaded start-up
         waiting = await client.submit(model, b"y")
         worker.send_signal(signal.SIGTERM)
         exit_code = await asyncio.to_thread(worker.wait, 15)
