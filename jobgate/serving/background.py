@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from datetime import timedelta
 
@@ -59,7 +60,17 @@ class Recovery:
         self.holder = holder or holder_name()
         self._interval = interval
         self._leader = False
+        self._lease_until = 0.0  # time.monotonic() when our leadership surely ends
         self._failing = False
+
+    def leading(self) -> bool:
+        """Whether this process surely holds the leadership now.
+
+        Counted from before the acquire call, so it ends before the store's
+        lease does: another replica cannot lead while this says True. A
+        failing store leaves it to run out.
+        """
+        return time.monotonic() < self._lease_until
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -69,7 +80,9 @@ class Recovery:
     async def step(self) -> None:
         """One round; never raises (a broken store is logged once per outage)."""
         try:
+            asked = time.monotonic()
             leader = await self._store.acquire_leadership(self.holder, LEADERSHIP_TTL)
+            self._lease_until = asked + LEADERSHIP_TTL.total_seconds() if leader else 0.0
             self._note_leadership(leader)
             if leader:
                 events = await self._store.recover()

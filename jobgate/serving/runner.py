@@ -2,8 +2,8 @@
 
 `serve` runs JobService and WorkerService over one store (two ports),
 `gateway` runs JobService and `worker-server` WorkerService on --listen.
-Each process also serves /metrics, runs the recovery loop and the store
-probe. Shutdown: health NOT_SERVING, drain (new calls UNAVAILABLE
+Each process also serves /metrics, runs the recovery loop, the audit log
+and the store probe. Shutdown: health NOT_SERVING, drain (new calls UNAVAILABLE
 SHUTTING_DOWN, long polls and streams return), wait for in-flight calls up
 to --grace-period, stop the servers, stop background tasks, close the store.
 """
@@ -24,6 +24,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc.aio
 from prometheus_client import start_http_server
 
+from jobgate.serving.audit_log import AuditLog
 from jobgate.serving.auth import Authenticator, AuthFileError
 from jobgate.serving.background import Recovery, StoreProbe
 from jobgate.serving.context import Serving
@@ -159,8 +160,10 @@ class Process:
             self._install_signals()
         self.started.set()
         stop_background = asyncio.Event()
+        recovery = Recovery(serving.store, serving.metrics)
         background = [
-            asyncio.create_task(Recovery(serving.store, serving.metrics).run(stop_background)),
+            asyncio.create_task(recovery.run(stop_background)),
+            asyncio.create_task(AuditLog(serving.store, recovery.leading).run(stop_background)),
             asyncio.create_task(probe.run(stop_background)),
         ]
         await self._stop.wait()

@@ -1,0 +1,156 @@
+"""The audit log: every job transition as one `job transition` log line.
+
+The store writes each transition to its audit stream, whoever caused it (a
+call, recover(), or a side effect such as a group child released when a
+sibling ends). The replica that holds the recovery leadership tails that
+stream and logs each event, so a transition is logged once across replicas.
+On gaining the leadership it starts from the newest event: a hand-over may
+skip or repeat the events of that moment (see docs/servers.md, "Audit log").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from jobgate.serving.logs import event_fields
+from store.errors import StoreError
+from store.model import JobEvent
+from store.protocol import Store
+
+log = logging.getLogger("jobgate.audit")
+
+MESSAGE = "job transition"
+BATCH = 100
+BLOCK = timedelta(seconds=0.5)
+IDLE_INTERVAL = 0.1  # how often a non-leader looks whether it leads now
+BACKOFF_FIRST = 0.2
+BACKOFF_MAX = 2.0
+
+T = TypeVar("T")
+
+
+def transition_fields(event: JobEvent) -> dict[str, object]:
+    """The event's fields; `event_time` because `time` is the log line's own."""
+    fields = event_fields(event)
+    fields["priority"] = event.priority.name.lower()
+    fields["event_time"] = event.time.isoformat()
+    fields["event_id"] = event.id
+    return fields
+
+
+async def _has_events_after(store: Store, position: int) -> bool:
+    return bool(await store.events(after=str(position), count=1))
+
+
+async def newest_event_id(store: Store) -> str:
+    """The position of the newest audit event ("0" when there is none).
+
+    Both stores order positions by their first number ("N" in LocalStore,
+    "ms-seq" in Redis) and read `after="N"` as after N-0, so a binary search
+    over that number finds the tail in O(log) reads of one event each,
+    instead of reading the whole (up to events_max_length) stream.
+    """
+    if not await _has_events_after(store, 0):
+        return "0"
+    low, high = 0, 1  # events after `low`, none after `high`, once found
+    while await _has_events_after(store, high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if await _has_events_after(store, middle):
+            low = middle
+        else:
+            high = middle
+    cursor = str(low)  # what is left shares the first number: page to the end
+    while batch := await store.events(after=cursor, count=1000):
+        cursor = batch[-1].id
+    return cursor
+
+
+async def _unless_stopped(stop: asyncio.Event, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+    """(True, result), or (False, None) when `stop` was set first (the call is cancelled)."""
+    work = asyncio.ensure_future(awaitable)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+    if work.cancelled():
+        return False, None
+    return True, work.result()
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+class AuditLog:
+    """Tails the audit stream while `leading()` says this replica holds the leadership."""
+
+    def __init__(self, store: Store, leading: Callable[[], bool], block: timedelta = BLOCK) -> None:
+        self._store = store
+        self._leading = leading
+        self._block = block
+        self.cursor: str | None = None  # None: not following the stream
+        self._failing = False
+        self._backoff = BACKOFF_FIRST
+
+    @property
+    def following(self) -> bool:
+        return self.cursor is not None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if not self._leading():
+                self._unfollow()
+                await _pause(stop, IDLE_INTERVAL)
+                continue
+            if not await self._step(stop):
+                await _pause(stop, self._backoff)
+                self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        self.cursor = None
+
+    async def _step(self, stop: asyncio.Event) -> bool:
+        """Read and log one batch; False when the store failed (logged once per outage)."""
+        try:
+            if self.cursor is None:
+                self.cursor = await newest_event_id(self._store)
+                log.info("audit log following", extra={"after": self.cursor})
+            read = self._store.events(after=self.cursor, count=BATCH, block=self._block)
+            finished, events = await _unless_stopped(stop, read)
+        except StoreError as error:
+            if not self._failing:
+                log.warning("audit log paused: %s", error)
+            self._failing = True
+            return False
+        except Exception:
+            if not self._failing:
+                log.exception("audit log read failed")
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("audit log resumed")
+        self._failing, self._backoff = False, BACKOFF_FIRST
+        if finished and events and self._leading():
+            self._log(events)
+        return True
+
+    def _log(self, events: list[JobEvent]) -> None:
+        for event in events:
+            log.info(MESSAGE, extra=transition_fields(event))
+            self.cursor = event.id
+
+    def _unfollow(self) -> None:
+        if self.cursor is not None:
+            log.info("audit log stopped following: not the leader")
+        self.cursor = None
