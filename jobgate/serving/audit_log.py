@@ -95,32 +95,41 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
 
 
 class AuditLog:
-    """Tails the audit stream while `leading()` says this replica holds the leadership."""
+    """Tails the audit stream while `leadership()` gives a term (this replica leads).
 
-    def __init__(self, store: Store, leading: Callable[[], bool], block: timedelta = BLOCK) -> None:
+    The cursor survives a short lapse of the same term (nobody else can have
+    logged meanwhile); a new term starts again from the newest event.
+    """
+
+    def __init__(
+        self, store: Store, leadership: Callable[[], int | None], block: timedelta = BLOCK
+    ) -> None:
         self._store = store
-        self._leading = leading
+        self._leadership = leadership
         self._block = block
-        self.cursor: str | None = None  # None: not following the stream
+        self._term: int | None = None
+        self.cursor: str | None = None  # None: the newest event is not found yet
         self._failing = False
         self._backoff = BACKOFF_FIRST
 
     @property
     def following(self) -> bool:
-        return self.cursor is not None
+        """Whether this replica leads and logs each new event."""
+        return self.cursor is not None and self._leadership() == self._term
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            if not self._leading():
-                self._unfollow()
+            term = self._leadership()
+            if term is None:
                 await _pause(stop, IDLE_INTERVAL)
                 continue
-            if not await self._step(stop):
+            if term != self._term:
+                self._term, self.cursor = term, None
+            if not await self._step(stop, term):
                 await _pause(stop, self._backoff)
                 self._backoff = min(self._backoff * 2, BACKOFF_MAX)
-        self.cursor = None
 
-    async def _step(self, stop: asyncio.Event) -> bool:
+    async def _step(self, stop: asyncio.Event, term: int) -> bool:
         """Read and log one batch; False when the store failed (logged once per outage)."""
         try:
             if self.cursor is None:
@@ -141,7 +150,8 @@ class AuditLog:
         if self._failing:
             log.info("audit log resumed")
         self._failing, self._backoff = False, BACKOFF_FIRST
-        if finished and events and self._leading():
+        # A batch read across the end of our lease is not ours to log.
+        if finished and events and self._leadership() == term:
             self._log(events)
         return True
 
@@ -149,8 +159,3 @@ class AuditLog:
         for event in events:
             log.info(MESSAGE, extra=transition_fields(event))
             self.cursor = event.id
-
-    def _unfollow(self) -> None:
-        if self.cursor is not None:
-            log.info("audit log stopped following: not the leader")
-        self.cursor = None

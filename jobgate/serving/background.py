@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import socket
@@ -60,7 +61,8 @@ class Recovery:
         self.holder = holder or holder_name()
         self._interval = interval
         self._leader = False
-        self._lease_until = 0.0  # time.monotonic() when our leadership surely ends
+        self._lease_until = -math.inf  # time.monotonic() when our leadership surely ends
+        self.term = 0  # changes when another replica may have led since we last did
         self._failing = False
 
     def leading(self) -> bool:
@@ -72,6 +74,10 @@ class Recovery:
         """
         return time.monotonic() < self._lease_until
 
+    def leadership(self) -> int | None:
+        """The leadership term while `leading()`, else None (see docs/servers.md, Audit log)."""
+        return self.term if self.leading() else None
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.step()
@@ -82,7 +88,7 @@ class Recovery:
         try:
             asked = time.monotonic()
             leader = await self._store.acquire_leadership(self.holder, LEADERSHIP_TTL)
-            self._lease_until = asked + LEADERSHIP_TTL.total_seconds() if leader else 0.0
+            self._note_lease(asked, leader)
             self._note_leadership(leader)
             if leader:
                 events = await self._store.recover()
@@ -100,6 +106,17 @@ class Recovery:
         if self._failing:
             log.info("recovery resumed")
         self._failing = False
+
+    def _note_lease(self, asked: float, leader: bool) -> None:
+        ttl = LEADERSHIP_TTL.total_seconds()
+        if not leader:
+            self._lease_until = -math.inf
+            return
+        # Another replica can have led since our last lease only if that lease
+        # ran out and then its own (at least `ttl` long) did too.
+        if time.monotonic() >= self._lease_until + ttl:
+            self.term += 1
+        self._lease_until = asked + ttl
 
     def _note_leadership(self, leader: bool) -> None:
         if leader != self._leader:

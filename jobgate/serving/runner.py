@@ -163,7 +163,7 @@ class Process:
         recovery = Recovery(serving.store, serving.metrics)
         background = [
             asyncio.create_task(recovery.run(stop_background)),
-            asyncio.create_task(AuditLog(serving.store, recovery.leading).run(stop_background)),
+            asyncio.create_task(AuditLog(serving.store, recovery.leadership).run(stop_background)),
             asyncio.create_task(probe.run(stop_background)),
         ]
         await self._stop.wait()

@@ -17,6 +17,7 @@ import pytest
 
 from jobgate.serving.audit_log import MESSAGE, AuditLog, newest_event_id
 from jobgate.serving.background import Recovery
+from jobgate.serving.metrics import Metrics
 from jobgate.serving.runner import Process
 from jobgate.serving.settings import Address, ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
@@ -45,7 +46,7 @@ def counted(caplog: pytest.LogCaptureFixture) -> Counter[Transition]:
 async def audited(harness: Harness) -> AsyncIterator[AuditLog]:
     """The harness with its recovery loop and audit log running, the log following."""
     recovery = Recovery(harness.serving.store, harness.metrics, interval=0.05)
-    audit = AuditLog(harness.serving.store, recovery.leading)
+    audit = AuditLog(harness.serving.store, recovery.leadership)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(recovery.run(stop)), asyncio.create_task(audit.run(stop))]
     try:
@@ -142,7 +143,7 @@ async def test_events_before_the_leadership_are_not_logged(
 async def test_a_replica_that_does_not_lead_logs_nothing(
     harness: Harness, audit_caplog: pytest.LogCaptureFixture
 ) -> None:
-    audit = AuditLog(harness.serving.store, lambda: False)
+    audit = AuditLog(harness.serving.store, lambda: None)
     stop = asyncio.Event()
     task = asyncio.create_task(audit.run(stop))
     await harness.submit()
@@ -157,7 +158,7 @@ async def test_a_replica_that_does_not_lead_logs_nothing(
 
 
 async def test_stop_ends_a_blocked_read_at_once(harness: Harness) -> None:
-    audit = AuditLog(harness.serving.store, lambda: True, block=timedelta(seconds=30))
+    audit = AuditLog(harness.serving.store, lambda: 1, block=timedelta(seconds=30))
     stop = asyncio.Event()
     task = asyncio.create_task(audit.run(stop))
     await following(audit)
@@ -165,6 +166,84 @@ async def test_stop_ends_a_blocked_read_at_once(harness: Harness) -> None:
     stop.set()
     await asyncio.wait_for(task, 5)
     assert time.monotonic() - started < 1
+
+
+class Term:
+    """A leadership callable a test switches by hand."""
+
+    def __init__(self) -> None:
+        self.value: int | None = 1
+
+    def __call__(self) -> int | None:
+        return self.value
+
+
+@asynccontextmanager
+async def running(audit: AuditLog) -> AsyncIterator[AuditLog]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(audit.run(stop))
+    try:
+        yield audit
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_lapse_within_the_term_resumes_from_the_cursor(
+    harness: Harness, audit_caplog: pytest.LogCaptureFixture
+) -> None:
+    term = Term()
+    async with running(AuditLog(harness.serving.store, term)) as audit:
+        await following(audit)
+        term.value = None
+        job = await harness.submit()
+        term.value = 1
+        await logged(audit_caplog, (job.id, "", "queued"))
+
+
+async def test_a_new_term_starts_from_the_newest_event(
+    harness: Harness, audit_caplog: pytest.LogCaptureFixture
+) -> None:
+    term = Term()
+    async with running(AuditLog(harness.serving.store, term)) as audit:
+        await following(audit)
+        term.value = None
+        await harness.submit()  # while another replica may have led
+        term.value = 2
+        await following(audit)
+        later = await harness.submit()
+        await logged(audit_caplog, (later.id, "", "queued"))
+    assert [line["job_id"] for line in transitions(audit_caplog)] == [later.id]
+
+
+class ScriptedLeadership(LocalStore):
+    """acquire_leadership answers from a script."""
+
+    def __init__(self, *answers: bool) -> None:
+        super().__init__(StoreSettings())
+        self.answers = list(answers)
+
+    async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
+        return self.answers.pop(0)
+
+
+async def _terms(store: ScriptedLeadership) -> list[int | None]:
+    await store.open()
+    recovery = Recovery(store, Metrics())
+    terms = []
+    while store.answers:
+        await recovery.step()
+        terms.append(recovery.leadership())
+    await store.close()
+    return terms
+
+
+async def test_a_renewed_leadership_keeps_its_term() -> None:
+    assert await _terms(ScriptedLeadership(True, True)) == [1, 1]
+
+
+async def test_a_leadership_taken_again_after_a_refusal_is_a_new_term() -> None:
+    assert await _terms(ScriptedLeadership(True, False, True)) == [1, None, 2]
 
 
 class FlakyStore(LocalStore):
@@ -189,7 +268,7 @@ async def test_an_unreachable_store_pauses_the_log_once_then_it_resumes(
 ) -> None:
     store = FlakyStore()
     harness = await make_harness(store=store)
-    audit = AuditLog(harness.serving.store, lambda: True, block=timedelta(seconds=0.05))
+    audit = AuditLog(harness.serving.store, lambda: 1, block=timedelta(seconds=0.05))
     stop = asyncio.Event()
     task = asyncio.create_task(audit.run(stop))
     try:
