@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import socket
 import threading
+from collections import Counter
 
 _SCRIPT_SOURCE = re.compile(rb"^\+?\d+\.\d+ \[\d+ lua\]")
+_COMMAND = re.compile(rb'^\+\d+\.\d+ \[[^\]]*\] "([A-Za-z]+)"')
 
 
 class RoundTripCounter:
@@ -21,15 +23,15 @@ class RoundTripCounter:
         self._sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self._sock.sendall(b"MONITOR\r\n")
         self._lock = threading.Lock()
-        self._count = 0
+        self._commands: Counter[str] = Counter()
         self._closed = False
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
-    @property
-    def count(self) -> int:
+    def snapshot(self) -> Counter[str]:
+        """Client commands seen so far, by command name."""
         with self._lock:
-            return self._count
+            return Counter(self._commands)
 
     def _read(self) -> None:
         buffered = b""
@@ -43,12 +45,13 @@ class RoundTripCounter:
                 return
             buffered += chunk
             *lines, buffered = buffered.split(b"\r\n")
-            client_lines = sum(
-                1 for line in lines if line.startswith(b"+") and line != b"+OK"
-                and not _SCRIPT_SOURCE.match(line)
-            )  # fmt: skip
+            names = [
+                match.group(1).decode().upper()
+                for line in lines
+                if not _SCRIPT_SOURCE.match(line) and (match := _COMMAND.match(line))
+            ]
             with self._lock:
-                self._count += client_lines
+                self._commands.update(names)
 
     def close(self) -> None:
         self._closed = True
