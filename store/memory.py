@@ -54,6 +54,7 @@ from store.model import (
     JobSpec,
     JobStatus,
     Priority,
+    ResultRecorded,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -482,6 +483,23 @@ class LocalStore:
         error_message: str = "",
         retryable: bool = False,
     ) -> Job:
+        recorded = await self.record_result(
+            job_id, lease_id, status, result, result_content_type, error_code, error_message,
+            retryable,
+        )  # fmt: skip
+        return recorded.job
+
+    async def record_result(
+        self,
+        job_id: str,
+        lease_id: str,
+        status: JobStatus,
+        result: bytes = b"",
+        result_content_type: str = "",
+        error_code: str = "",
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> ResultRecorded:
         self._check_open()
         if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
@@ -492,7 +510,7 @@ class LocalStore:
             raise JobCancelled(f"job {job_id} was cancelled", job_id=job_id)
         if record.status is not JobStatus.PROCESSING:
             if record.outcome == outcome:
-                return self._snapshot(record)
+                return ResultRecorded(self._snapshot(record), applied=False)
             raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
         record.outcome = outcome
         if status is JobStatus.COMPLETED:
@@ -507,7 +525,7 @@ class LocalStore:
             record.error_code, record.error_message = error_code, error_message
             self._end(record, JobStatus.FAILED, now)
         self._wake()
-        return self._snapshot(record)
+        return ResultRecorded(self._snapshot(record), applied=True)
 
     # -- operations ----------------------------------------------------------
 

@@ -232,6 +232,14 @@ class HeartbeatResult:
 
 
 @dataclass(frozen=True)
+class ResultRecorded:
+    """What record_result did: `applied` is False for a repeat after a lost answer."""
+
+    job: Job
+    applied: bool
+
+
+@dataclass(frozen=True)
 class CancelResult:
     job: Job
     cancelled: bool

@@ -72,6 +72,7 @@ from store.model import (
     JobEvent,
     JobStatus,
     Priority,
+    ResultRecorded,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -138,6 +139,23 @@ class Store(Protocol):
         retryable: bool = False,
     ) -> Job:
         """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff)."""
+
+    async def record_result(
+        self,
+        job_id: str,
+        lease_id: str,
+        status: JobStatus,
+        result: bytes = b"",
+        result_content_type: str = "",
+        error_code: str = "",
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> ResultRecorded:
+        """set_result, also saying whether this call changed the job.
+
+        `applied` is False for a repeat (same lease and outcome) that returned
+        the stored job unchanged, so callers count each outcome once.
+        """
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
         """Cancel a job or a group, as the module docstring says."""

@@ -47,6 +47,7 @@ from store.model import (
     JobSpec,
     JobStatus,
     Priority,
+    ResultRecorded,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -364,6 +365,23 @@ class RedisStore:
         error_message: str = "",
         retryable: bool = False,
     ) -> Job:
+        recorded = await self.record_result(
+            job_id, lease_id, status, result, result_content_type, error_code, error_message,
+            retryable,
+        )  # fmt: skip
+        return recorded.job
+
+    async def record_result(
+        self,
+        job_id: str,
+        lease_id: str,
+        status: JobStatus,
+        result: bytes = b"",
+        result_content_type: str = "",
+        error_code: str = "",
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> ResultRecorded:
         if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         s = self.settings
@@ -384,7 +402,7 @@ class RedisStore:
             ],
         )
         _check_code(reply, job_id)
-        return job_from_snapshot(reply[1])
+        return ResultRecorded(job_from_snapshot(reply[1]), applied=reply[2] == 1)
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
         reply = await self._transition("cancel", [self.keys.job(job_id)], [job_id, tenant, reason])

@@ -64,7 +64,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> pb.SetResultResponse:
         self._authorize(context)
         validate.set_result(request, self._serving.settings.max_payload_bytes)
-        job = await self._store.set_result(
+        recorded = await self._store.record_result(
             request.job_id,
             request.lease_id,
             convert.result_status(request),
@@ -74,9 +74,9 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             error_message=request.error_message,
             retryable=request.retryable,
         )
-        # A retry after a lost answer is counted again: rare, and telling it
-        # apart would cost a store read on every SetResult.
-        if job.terminal:
+        job = recorded.job
+        # A repeat after a lost answer changed nothing, so it is not counted again.
+        if recorded.applied and job.terminal:
             self._serving.metrics.finished(job)
         log.info("job result", extra=job_fields(job, retryable=request.retryable))
         return pb.SetResultResponse(job=job_to_proto(job))

@@ -21,6 +21,7 @@ from store.model import (
     JobEvent,
     JobStatus,
     Priority,
+    ResultRecorded,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -101,6 +102,29 @@ class InstrumentedStore:
         retryable: bool = False,
     ) -> Job:
         call = self.inner.set_result(
+            job_id,
+            lease_id,
+            status,
+            result,
+            result_content_type,
+            error_code,
+            error_message,
+            retryable,
+        )
+        return await self._call("set_result", call)
+
+    async def record_result(
+        self,
+        job_id: str,
+        lease_id: str,
+        status: JobStatus,
+        result: bytes = b"",
+        result_content_type: str = "",
+        error_code: str = "",
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> ResultRecorded:
+        call = self.inner.record_result(
             job_id,
             lease_id,
             status,

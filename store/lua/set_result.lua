@@ -20,9 +20,9 @@
   Keys built from the prefix: a child's parent and siblings (group steps).
 
   Output:
-    {1, snapshot}   applied, or the same lease + outcome (status, retryable,
-                    error_code, result digest) seen before: the stored job,
-                    unchanged
+    {1, snapshot, 1}  applied
+    {1, snapshot, 0}  the same lease + outcome (status, retryable, error_code,
+                      result digest) seen before: the stored job, unchanged
     {-1}  JOB_NOT_FOUND: no record (expired, or never existed)
     {-2}  LEASE_LOST: not the job's latest lease, or another outcome for an
           ended lease (changes nothing)
@@ -61,7 +61,7 @@ if f[1] == 'cancelled' and f[5] == '1' then
 end
 if f[1] ~= 'processing' then
   if f[3] == outcome then
-    return {1, snapshot(PREFIX, id)}
+    return {1, snapshot(PREFIX, id), 0}
   end
   return {-2}
 end
@@ -80,4 +80,4 @@ elseif retryable then
 else
   finish(id, 'failed', ARGV[9], ARGV[10])
 end
-return {1, snapshot(PREFIX, id)}
+return {1, snapshot(PREFIX, id), 1}

@@ -57,6 +57,17 @@ async def test_job_counters_gauges_and_histograms(harness: Harness) -> None:
     assert await value(duration, model="a", status="failed") == 1
 
 
+async def test_a_set_result_resent_after_a_lost_answer_is_counted_once(harness: Harness) -> None:
+    await harness.submit("a", TENANT)
+    (claimed,) = await harness.claim(["a"])
+    await harness.complete(claimed)
+    await harness.complete(claimed)  # the worker never saw the first answer
+    labels = {"model": "a", "priority": "batch", "status": "completed"}
+    assert await harness.value("jobgate_jobs_finished_total", labels) == 1
+    duration = {"model": "a", "status": "completed"}
+    assert await harness.value("jobgate_job_duration_seconds_count", duration) == 1
+
+
 async def test_reused_submit_is_not_counted_again(harness: Harness) -> None:
     await harness.submit("a", TENANT, idempotency_key="k")
     await harness.submit("a", TENANT, idempotency_key="k")

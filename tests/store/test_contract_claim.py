@@ -335,6 +335,16 @@ async def test_repeated_set_result_returns_the_stored_job_unchanged(store: Store
     assert (await store.get(TENANT, job.id)).end_time == first.end_time
 
 
+async def test_record_result_says_whether_the_call_changed_the_job(store: Store) -> None:
+    await submit_one(store)
+    claimed = await claim_one(store)
+    args = (claimed.job.id, claimed.lease_id, JobStatus.COMPLETED, b"answer")
+    first = await store.record_result(*args)
+    again = await store.record_result(*args)
+    assert (first.applied, again.applied) == (True, False)
+    assert again.job == first.job
+
+
 async def test_set_result_with_the_same_lease_but_another_outcome_is_lease_lost(
     store: Store,
 ) -> None:
