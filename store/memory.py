@@ -59,6 +59,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
+from store.protocol import Store
 
 QueueKey = tuple[str, Priority]
 # What a set_result asked for, to recognise a repeat after a lost answer.
@@ -301,7 +302,7 @@ def _event_number(event_id: str) -> int:
         raise InvalidRequest("after", f"not an event id: {event_id!r}") from None
 
 
-class LocalStore:
+class LocalStore(Store):
     """The Store protocol in process memory. Not durable: state dies with the process."""
 
     def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
@@ -471,23 +472,6 @@ class LocalStore:
             record.update_time = now
             self._wake()
         return HeartbeatResult(_dt(record.lease_deadline), cancel_requested=False)
-
-    async def set_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
-    ) -> Job:
-        recorded = await self.record_result(
-            job_id, lease_id, status, result, result_content_type, error_code, error_message,
-            retryable,
-        )  # fmt: skip
-        return recorded.job
 
     async def record_result(
         self,

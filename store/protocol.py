@@ -138,7 +138,15 @@ class Store(Protocol):
         error_message: str = "",
         retryable: bool = False,
     ) -> Job:
-        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff)."""
+        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
+
+        Stores that subclass Store inherit this: it is record_result without the flag.
+        """
+        recorded = await self.record_result(
+            job_id, lease_id, status, result, result_content_type, error_code, error_message,
+            retryable,
+        )  # fmt: skip
+        return recorded.job
 
     async def record_result(
         self,

@@ -52,6 +52,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
+from store.protocol import Store
 from store.redis_codec import (
     claimed_from_reply,
     event_from_emitted,
@@ -114,7 +115,7 @@ def _check_code(reply: Any, job_id: str = "", max_group_children: int = 0) -> No
         raise error_for(reply[0], job_id, max_group_children)
 
 
-class RedisStore:
+class RedisStore(Store):
     """The Store protocol on Redis (see store/protocol.py for the semantics)."""
 
     def __init__(self, url: str, settings: StoreSettings, partition: str = "default") -> None:
@@ -353,23 +354,6 @@ class RedisStore:
         return HeartbeatResult(
             lease_expire_time=ms_to_datetime(reply[1]), cancel_requested=bool(reply[2])
         )
-
-    async def set_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
-    ) -> Job:
-        recorded = await self.record_result(
-            job_id, lease_id, status, result, result_content_type, error_code, error_message,
-            retryable,
-        )  # fmt: skip
-        return recorded.job
 
     async def record_result(
         self,

@@ -31,7 +31,7 @@ from store.protocol import Store
 T = TypeVar("T")
 
 
-class InstrumentedStore:
+class InstrumentedStore(Store):
     """Delegates every call to `inner`, counting failures per operation."""
 
     def __init__(self, inner: Store, metrics: Metrics) -> None:
@@ -89,29 +89,6 @@ class InstrumentedStore:
         return await self._call(
             "heartbeat", self.inner.heartbeat(job_id, lease_id, progress, stage)
         )
-
-    async def set_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
-    ) -> Job:
-        call = self.inner.set_result(
-            job_id,
-            lease_id,
-            status,
-            result,
-            result_content_type,
-            error_code,
-            error_message,
-            retryable,
-        )
-        return await self._call("set_result", call)
 
     async def record_result(
         self,
