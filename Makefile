@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PY_PACKAGES := jobgate store gateway_server worker_server tests bench tools examples
+PY_PACKAGES := jobgate store serving gateway_server worker_server tests bench tools examples
 
 .PHONY: check venv proto test lint typecheck buf-lint clean
 

@@ -1,9 +1,9 @@
-"""JobService messages <-> store model (the Job itself: jobgate.serving.convert)."""
+"""JobService messages <-> store model (the Job itself: serving.convert)."""
 
 from __future__ import annotations
 
-from jobgate.serving.convert import PRIORITY_FROM_PROTO, duration_or_none
 from jobgate.v1 import job_pb2, job_service_pb2
+from serving.convert import PRIORITY_FROM_PROTO, duration_or_none
 from store.model import GroupSpec, JobSpec, SubmitRequest
 
 

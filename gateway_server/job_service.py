@@ -10,12 +10,12 @@ from typing import Any
 import grpc.aio
 
 from gateway_server import convert, validate
-from jobgate.serving.auth import Caller, Role
-from jobgate.serving.context import Serving
-from jobgate.serving.convert import job_to_proto
-from jobgate.serving.logs import job_fields
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
+from serving.auth import Caller, Role
+from serving.context import Serving
+from serving.convert import job_to_proto
+from serving.logs import job_fields
 from store.errors import StoreError
 from store.model import Job, JobKind, JobStatus
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc.aio
 
 from gateway_server.job_service import JobService
-from jobgate.serving.context import Serving
-from jobgate.serving.grpc_server import new_server
-from jobgate.serving.settings import Address
 from jobgate.v1 import job_service_pb2, job_service_pb2_grpc
+from serving.context import Serving
+from serving.grpc_server import new_server
+from serving.settings import Address
 
 SERVICE_NAME = job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name
 

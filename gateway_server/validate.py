@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from jobgate.serving.validation import (
+from jobgate.v1 import job_pb2, job_service_pb2
+from jobgate.v1.limits import (
     MAX_ATTEMPTS,
     MAX_CANCEL_REASON_BYTES,
     MAX_CONTENT_TYPE_BYTES,
     MAX_DURATION_SECONDS,
     MAX_IDEMPOTENCY_KEY_BYTES,
-    Violations,
 )
-from jobgate.v1 import job_pb2, job_service_pb2
+from serving.validation import Violations
 
 _PRIORITIES = tuple(job_pb2.Priority.values())
 

@@ -2,22 +2,23 @@
 
     from jobgate import JobClient, SyncJobClient, JobContext, RetryableError
 
-The worker daemon lives in `jobgate.worker` (`jobgate worker` on the command
-line); it is not imported here so that `import jobgate` stays light.
+Packages: `jobgate.client` (JobClient, SyncJobClient), `jobgate.worker` (the
+GPU-host daemon and the JobContext a handler gets), `jobgate.cli` (the
+`jobgate` command) and `jobgate.v1` (the generated API stubs and the
+contract's limits). None of them loads the servers, the store or Redis.
 """
 
-from jobgate._client_channel import ConnectionConfig
-from jobgate._client_retry import RetryPolicy
 from jobgate.client import (
     TERMINAL_STATUSES,
+    ConnectionConfig,
     JobClient,
+    RetryPolicy,
     SyncJobClient,
     is_terminal,
     job_spec,
     new_idempotency_key,
     status_name,
 )
-from jobgate.context import JobContext
 from jobgate.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -37,6 +38,7 @@ from jobgate.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from jobgate.worker import JobContext
 
 __all__ = [
     "TERMINAL_STATUSES",

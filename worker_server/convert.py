@@ -1,9 +1,9 @@
-"""WorkerService messages <-> store model (the Job itself: jobgate.serving.convert)."""
+"""WorkerService messages <-> store model (the Job itself: serving.convert)."""
 
 from __future__ import annotations
 
-from jobgate.serving.convert import STATUS_FROM_PROTO, job_to_proto, timestamp
 from jobgate.v1 import worker_service_pb2 as pb
+from serving.convert import STATUS_FROM_PROTO, job_to_proto, timestamp
 from store.model import ERROR_HANDLER, ClaimedJob, HeartbeatResult, JobStatus
 
 

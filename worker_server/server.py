@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import grpc.aio
 
-from jobgate.serving.context import Serving
-from jobgate.serving.grpc_server import new_server
-from jobgate.serving.settings import Address
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
+from serving.context import Serving
+from serving.grpc_server import new_server
+from serving.settings import Address
 from worker_server.worker_service import WorkerService
 
 SERVICE_NAME = worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name

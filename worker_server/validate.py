@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from jobgate.serving.validation import (
+from jobgate.v1 import job_pb2
+from jobgate.v1 import worker_service_pb2 as pb
+from jobgate.v1.limits import (
     ERROR_CODE_PATTERN,
     MAX_CONTENT_TYPE_BYTES,
     MAX_ERROR_MESSAGE_BYTES,
@@ -12,10 +14,8 @@ from jobgate.serving.validation import (
     MAX_STAGE_BYTES,
     MAX_WAIT_SECONDS,
     MAX_WORKER_ID_BYTES,
-    Violations,
 )
-from jobgate.v1 import job_pb2
-from jobgate.v1 import worker_service_pb2 as pb
+from serving.validation import Violations
 
 _RESULT_STATUSES = (job_pb2.JOB_STATUS_COMPLETED, job_pb2.JOB_STATUS_FAILED)
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import grpc.aio
 
-from jobgate.serving.auth import Role
-from jobgate.serving.context import Serving
-from jobgate.serving.convert import job_to_proto
-from jobgate.serving.logs import job_fields
 from jobgate.v1 import worker_service_pb2 as pb
 from jobgate.v1 import worker_service_pb2_grpc
+from serving.auth import Role
+from serving.context import Serving
+from serving.convert import job_to_proto
+from serving.logs import job_fields
 from worker_server import convert, validate
 
 log = logging.getLogger("jobgate.worker_server")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from jobgate._client_render import ProgressLine, progress_bar, status_text
 from jobgate.cli import build_parser
-from jobgate.client_cli import UsageError, parse_labels, read_group
+from jobgate.cli._client import UsageError, parse_labels, read_group
+from jobgate.cli._render import ProgressLine, progress_bar, status_text
 from jobgate.v1 import job_pb2
 
 

@@ -36,7 +36,7 @@ def test_every_copy_source_exists_in_the_repository() -> None:
 
 def test_builder_copies_every_package_the_distribution_ships() -> None:
     copied = {copy.split()[0] for copy in instructions("COPY")}
-    for package in ("jobgate", "store", "gateway_server", "worker_server"):
+    for package in ("jobgate", "store", "serving", "gateway_server", "worker_server"):
         assert package in copied
     assert {"pyproject.toml", "constraints.txt", "README.md"} <= set(
         instructions("COPY")[0].split()[:-1]
@@ -86,7 +86,8 @@ def test_the_builder_stage_builds_a_wheel_carrying_the_package_data(tmp_path: Pa
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel,) = tmp_path.glob("jobgate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "jobgate/cli.py" in names
+    assert "jobgate/cli/__init__.py" in names
+    assert "serving/runner.py" in names
     assert "gateway_server/server.py" in names
     assert "worker_server/server.py" in names
     assert any(re.fullmatch(r"store/lua/\w+\.lua", n) for n in names), "Lua scripts missing"

@@ -19,11 +19,6 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from gateway_server.server import build_server as build_gateway
-from jobgate.serving.auth import Authenticator
-from jobgate.serving.context import Serving
-from jobgate.serving.instrumented import InstrumentedStore
-from jobgate.serving.metrics import Metrics, sample
-from jobgate.serving.settings import Address, ServerSettings
 from jobgate.v1 import (
     job_pb2,
     job_service_pb2,
@@ -31,6 +26,11 @@ from jobgate.v1 import (
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
+from serving.auth import Authenticator
+from serving.context import Serving
+from serving.instrumented import InstrumentedStore
+from serving.metrics import Metrics, sample
+from serving.settings import Address, ServerSettings
 from store.memory import LocalStore
 from store.protocol import Store
 from worker_server.server import build_server as build_worker

@@ -15,12 +15,12 @@ from typing import Any
 import grpc.aio
 import pytest
 
-from jobgate.serving.audit_log import MESSAGE, AuditLog, newest_event_id
-from jobgate.serving.background import Recovery
-from jobgate.serving.metrics import Metrics
-from jobgate.serving.runner import Process
-from jobgate.serving.settings import Address, ServerSettings
+from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
+from serving.audit_log import MESSAGE, AuditLog, newest_event_id
+from serving.background import Recovery
+from serving.metrics import Metrics
+from serving.settings import Address, ServerSettings
 from store import StoreSettings, open_store
 from store.errors import StoreUnavailable
 from store.memory import LocalStore
@@ -342,7 +342,7 @@ async def test_a_server_process_logs_transitions(
 ) -> None:
     loopback = Address("127.0.0.1", 0)
     settings = ServerSettings(listen=loopback, worker_listen=loopback)
-    process = Process("serve", settings, out=io.StringIO(), install_signals=False)
+    process = server_process("serve", settings, out=io.StringIO(), install_signals=False)
     running = asyncio.create_task(process.run())
     try:
         await asyncio.wait_for(process.started.wait(), 5)

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from jobgate.serving.auth import Authenticator, AuthFileError, Role
 from jobgate.v1 import job_service_pb2
+from serving.auth import Authenticator, AuthFileError, Role
 from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, Metadata, fails
 
@@ -118,7 +118,7 @@ def test_bearer_scheme_is_required(tmp_path: Path) -> None:
     auth = Authenticator.from_file(write_auth_file(tmp_path / "auth.json"))
     caller = auth.authenticate([("authorization", "Bearer alice-token")], Role.CLIENT)
     assert caller.tenant == "alice"
-    from jobgate.serving.auth import AuthError
+    from serving.auth import AuthError
 
     with pytest.raises(AuthError):
         auth.authenticate([("authorization", "Basic alice-token")], Role.CLIENT)

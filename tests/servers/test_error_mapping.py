@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from google.rpc import code_pb2, error_details_pb2
 
-from jobgate.serving.auth import AuthError
-from jobgate.serving.errors import ShuttingDown, to_status
-from jobgate.serving.validation import FieldViolation, ValidationError
+from serving.auth import AuthError
+from serving.errors import ShuttingDown, to_status
+from serving.validation import FieldViolation, ValidationError
 from store.errors import InvalidRequest, StoreError
 
 

@@ -9,8 +9,8 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from jobgate.serving.settings import ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2
+from serving.settings import ServerSettings
 from store.errors import StoreUnavailable
 from store.memory import LocalStore
 from store.model import StoreSettings

@@ -11,10 +11,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from jobgate.serving.background import Recovery, StoreProbe
-from jobgate.serving.metrics import Metrics, sample
-from jobgate.serving.settings import ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2
+from serving.background import Recovery, StoreProbe
+from serving.metrics import Metrics, sample
+from serving.settings import ServerSettings
 from store.errors import StoreUnavailable
 from store.memory import LocalStore
 from store.model import StoreSettings

@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import grpc
 
-from jobgate.serving.background import Recovery
-from jobgate.serving.runner import Process
-from jobgate.serving.settings import Address, ServerSettings
+from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc, worker_service_pb2
+from serving.background import Recovery
+from serving.settings import Address, ServerSettings
 from tests.helpers import assert_eventually
 from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, fails
@@ -105,7 +105,7 @@ async def test_grpc_server_metrics_count_calls_by_code(harness: Harness) -> None
 async def test_metrics_are_served_over_http_on_an_ephemeral_port() -> None:
     loopback = Address("127.0.0.1", 0)
     settings = ServerSettings(listen=loopback, worker_listen=loopback, metrics_listen=loopback)
-    process = Process("serve", settings, out=io.StringIO(), install_signals=False)
+    process = server_process("serve", settings, out=io.StringIO(), install_signals=False)
     running = asyncio.create_task(process.run())
     await asyncio.wait_for(process.started.wait(), 5)
     try:

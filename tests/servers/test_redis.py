@@ -8,9 +8,9 @@ import time
 import grpc
 import pytest
 
-from jobgate.serving.background import StoreProbe
-from jobgate.serving.settings import ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2
+from serving.background import StoreProbe
+from serving.settings import ServerSettings
 from store import StoreSettings, open_store
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer

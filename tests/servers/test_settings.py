@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobgate.serving.settings import (
+from serving.settings import (
     FLAGS,
     Address,
     ServerSettings,

@@ -9,9 +9,9 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from jobgate.serving.runner import Process
-from jobgate.serving.settings import Address, ServerSettings
+from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_service_pb2
+from serving.settings import Address, ServerSettings
 from store.memory import LocalStore
 from store.model import StoreSettings, SubmitRequest, SubmitResult
 from tests.helpers import assert_eventually
@@ -94,7 +94,7 @@ async def test_process_drains_and_exits_zero_within_grace() -> None:
         grace_period=ServerSettings().grace_period / 10,
     )
     out = io.StringIO()
-    process = Process("serve", settings, out=out, install_signals=False)
+    process = server_process("serve", settings, out=out, install_signals=False)
     running = asyncio.create_task(process.run())
     await asyncio.wait_for(process.started.wait(), 5)
     job_address = next(item.address for item in process.listeners if item.name == "job")

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from jobgate.serving.settings import ServerSettings
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
+from serving.settings import ServerSettings
 from tests.servers.conftest import MakeHarness
 
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from jobgate import ConnectionConfig, JobClient, RetryPolicy
-from jobgate._worker_job import Handler
 from jobgate.worker import Worker, WorkerConfig
+from jobgate.worker._job import Handler
 from tests.e2e.harness import Deployment, embedded_deployment
 
 # A short lease so that "heartbeats keep it alive" shows within a couple of seconds.

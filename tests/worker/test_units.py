@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from jobgate import JobContext
-from jobgate._worker_job import MIN_LEASE, is_async_handler, lease_length, to_outcome
 from jobgate.v1 import job_pb2, worker_service_pb2
 from jobgate.worker import HandlerLoadError, load_handler
+from jobgate.worker._job import MIN_LEASE, is_async_handler, lease_length, to_outcome
 
 
 def claimed(expire_in: float, claimed_ago: float | None) -> worker_service_pb2.ClaimedJob:

@@ -21,7 +21,6 @@ from typing import Any
 
 import grpc
 
-from jobgate.context import JobContext
 from jobgate.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -32,6 +31,8 @@ from jobgate.errors import (
     error_from_rpc,
 )
 from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
+from jobgate.v1.limits import MAX_ERROR_MESSAGE_BYTES, clip_utf8
+from jobgate.worker._context import JobContext
 
 log = logging.getLogger("jobgate.worker")
 
@@ -39,7 +40,6 @@ Handler = Callable[[JobContext], Any]
 
 #: error_message is cut to this many UTF-8 bytes: the server refuses more than
 #: 4096, and a refused failure report would leave the attempt to its lease.
-MAX_ERROR_MESSAGE_BYTES = 2000
 MIN_LEASE = 0.3
 #: error_code of an attempt whose report the server refused as invalid.
 REJECTED = "RESULT_REJECTED"
@@ -61,7 +61,7 @@ class Outcome:
         return cls(
             job_pb2.JOB_STATUS_FAILED,
             error_code=code,
-            error_message=_clip(message, MAX_ERROR_MESSAGE_BYTES),
+            error_message=clip_utf8(message, MAX_ERROR_MESSAGE_BYTES),
             retryable=retryable,
         )
 
@@ -390,11 +390,6 @@ def _rejected(outcome: Outcome, error: JobgateError) -> Outcome:
         else str(error)
     )
     return Outcome.failed(REJECTED, why, retryable=outcome.retryable)
-
-
-def _clip(text: str, limit: int) -> str:
-    """At most `limit` UTF-8 bytes of `text`, never splitting a character."""
-    return text.encode()[:limit].decode(errors="ignore")
 
 
 def _describe(error: BaseException) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
-from jobgate.serving.logs import event_fields
+from serving.logs import event_fields
 from store.errors import StoreError
 from store.model import JobEvent
 from store.protocol import Store

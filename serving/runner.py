@@ -1,11 +1,11 @@
 """Runs a server process: open the store, start the services, drain on SIGTERM/SIGINT.
 
-`serve` runs JobService and WorkerService over one store (two ports),
-`gateway` runs JobService and `worker-server` WorkerService on --listen.
-Each process also serves /metrics, runs the recovery loop, the audit log
-and the store probe. Shutdown: health NOT_SERVING, drain (new calls UNAVAILABLE
-SHUTTING_DOWN, long polls and streams return), wait for in-flight calls up
-to --grace-period, stop the servers, stop background tasks, close the store.
+The services come in as `Builder`s (jobgate.cli._servers composes them), so
+this module never imports the servers it runs. Each process also serves
+/metrics, runs the recovery loop, the audit log and the store probe.
+Shutdown: health NOT_SERVING, drain (new calls UNAVAILABLE SHUTTING_DOWN,
+long polls and streams return), wait for in-flight calls up to
+--grace-period, stop the servers, stop background tasks, close the store.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 from wsgiref.simple_server import WSGIServer
@@ -24,20 +24,19 @@ from wsgiref.simple_server import WSGIServer
 import grpc.aio
 from prometheus_client import start_http_server
 
-from jobgate.serving.audit_log import AuditLog
-from jobgate.serving.auth import Authenticator, AuthFileError
-from jobgate.serving.background import Recovery, StoreProbe
-from jobgate.serving.context import Serving
-from jobgate.serving.grpc_server import ServerStartError
-from jobgate.serving.instrumented import InstrumentedStore
-from jobgate.serving.metrics import Metrics
-from jobgate.serving.settings import Address, ServerSettings
+from serving.audit_log import AuditLog
+from serving.auth import Authenticator, AuthFileError
+from serving.background import Recovery, StoreProbe
+from serving.context import Serving
+from serving.grpc_server import ServerStartError
+from serving.instrumented import InstrumentedStore
+from serving.metrics import Metrics
+from serving.settings import Address, ServerSettings
 from store import StoreError, open_store
 from store.protocol import Store
 
 log = logging.getLogger("jobgate.server")
 
-SERVE, GATEWAY, WORKER_SERVER = "serve", "gateway", "worker-server"
 STORE_OPEN_TIMEOUT = 5.0
 
 
@@ -55,19 +54,13 @@ class Listener:
 BuildServer = Callable[[Serving, Address], tuple[grpc.aio.Server, int]]
 
 
-def _builders(command: str, settings: ServerSettings) -> list[tuple[str, BuildServer, Address]]:
-    # Imported here so the client and worker commands never load the servers.
-    from gateway_server.server import build_server as build_gateway
-    from worker_server.server import build_server as build_worker
+@dataclass(frozen=True)
+class Builder:
+    """One service of a process: its name, how to build it, where it listens."""
 
-    if command == SERVE:
-        return [
-            ("job", build_gateway, settings.listen),
-            ("worker", build_worker, settings.worker_listen),
-        ]
-    if command == GATEWAY:
-        return [("job", build_gateway, settings.listen)]
-    return [("worker", build_worker, settings.listen)]
+    name: str  # "job" or "worker"
+    build: BuildServer
+    address: Address
 
 
 async def open_configured_store(settings: ServerSettings) -> Store:
@@ -92,11 +85,13 @@ class Process:
         self,
         command: str,
         settings: ServerSettings,
+        builders: Sequence[Builder],
         out: TextIO | None = None,
         install_signals: bool = True,
     ) -> None:
         self.command = command
         self.settings = settings
+        self._builders = tuple(builders)
         self._out = out or sys.stdout
         self._install = install_signals
         self.started = asyncio.Event()
@@ -125,9 +120,10 @@ class Process:
 
     async def _serve(self, serving: Serving) -> int:
         try:
-            for name, build, address in _builders(self.command, self.settings):
-                server, port = build(serving, address)
-                self.listeners.append(Listener(name, server, Address(address.host, port)))
+            for builder in self._builders:
+                server, port = builder.build(serving, builder.address)
+                address = Address(builder.address.host, port)
+                self.listeners.append(Listener(builder.name, server, address))
         except ServerStartError as error:
             raise StartError(str(error)) from None
         serving.metrics.watch_store(serving.store, asyncio.get_running_loop())
@@ -212,8 +208,3 @@ class Process:
         # Only untracked calls (health Watch, reflection) may remain: a short grace.
         remaining = min(max(0.0, deadline - time.monotonic()), 0.5) if idle else 0.0
         await asyncio.gather(*(listener.server.stop(remaining) for listener in self.listeners))
-
-
-def run_command(command: str, settings: ServerSettings) -> int:
-    """The process's exit code; StartError propagates for a one-line message."""
-    return asyncio.run(Process(command, settings).run())

@@ -1,7 +1,7 @@
 """Structured logs on stderr: `--log-format text` (key=value) or `json` (one object a line).
 
-Fields travel as `extra={...}`; every line about a job carries `job_id` and
-`tenant` (see `job_fields`).
+Shared by the servers and the worker daemon, so one log pipeline reads both.
+Fields travel as `extra={...}`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from store.model import Job, JobEvent
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # Attributes every LogRecord has; anything else came in through `extra`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -70,28 +71,3 @@ def configure(log_format: str, level: str, stream: TextIO | None = None) -> None
     root.setLevel(level.upper())
     # grpc's own loggers are chatty at INFO about connections.
     logging.getLogger("grpc").setLevel(max(logging.WARNING, root.level))
-
-
-def job_fields(job: Job, **more: object) -> dict[str, object]:
-    fields: dict[str, object] = {
-        "job_id": job.id,
-        "tenant": job.tenant,
-        "model": job.model,
-        "status": job.status.value,
-    }
-    fields.update(more)
-    return fields
-
-
-def event_fields(event: JobEvent) -> dict[str, object]:
-    return {
-        "job_id": event.job_id,
-        "tenant": event.tenant,
-        "parent_job_id": event.parent_job_id,
-        "model": event.model,
-        "from": event.from_status.value if event.from_status else "",
-        "to": event.to_status.value,
-        "attempts": event.attempts,
-        "worker_id": event.worker_id,
-        "error_code": event.error_code,
-    }

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobgate.serving.auth import Authenticator
-from jobgate.serving.lifecycle import HealthBoard, Lifecycle
-from jobgate.serving.metrics import Metrics
-from jobgate.serving.settings import ServerSettings
+from serving.auth import Authenticator
+from serving.lifecycle import HealthBoard, Lifecycle
+from serving.metrics import Metrics
+from serving.settings import ServerSettings
 from store.protocol import Store
 
 

@@ -21,11 +21,11 @@ from typing import Any, TextIO
 
 from google.protobuf import json_format
 
-from jobgate._client_channel import ConnectionConfig
-from jobgate._client_render import ProgressLine, describe_job, job_line
+from jobgate._logs import LOG_FORMATS, LOG_LEVELS
+from jobgate.cli._render import ProgressLine, describe_job, job_line
 from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priority_value
+from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError
-from jobgate.serving.settings import LOG_LEVELS
 from jobgate.v1 import job_pb2, job_service_pb2
 
 EXIT_OK = 0
@@ -182,7 +182,7 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     parser.add_argument(
         "--log-format",
-        choices=("text", "json"),
+        choices=LOG_FORMATS,
         default="text",
         help="json: one object a line, job_id and tenant on every job line",
     )
@@ -402,10 +402,9 @@ async def _cancel(args: argparse.Namespace, client: JobClient) -> int:
 
 
 def _run_worker(args: argparse.Namespace) -> int:
-    from jobgate import worker  # imported here so the client commands stay light
-    from jobgate.serving import logs  # the servers' formats, so one log pipeline reads both
+    from jobgate import _logs, worker  # imported here so the client commands stay light
 
-    logs.configure(args.log_format, args.log_level)
+    _logs.configure(args.log_format, args.log_level)
     if args.concurrency < 1:
         return _fail("--concurrency must be at least 1", EXIT_USAGE)
     if not 0 < args.claim_wait <= 60:

@@ -10,32 +10,19 @@ a `google.rpc.BadRequest` listing them. The limits are the API contract's
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from google.protobuf import duration_pb2
-from ulid import ULID
 
-MODEL_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-ERROR_CODE_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+from jobgate.v1.limits import (
+    JOB_ID_PATTERN,
+    MAX_LABEL_KEY_BYTES,
+    MAX_LABEL_VALUE_BYTES,
+    MAX_LABELS,
+    MODEL_PATTERN,
+)
 
-MAX_LABELS = 64
-MAX_LABEL_KEY_BYTES = 63
-MAX_LABEL_VALUE_BYTES = 255
-MAX_CONTENT_TYPE_BYTES = 255
-MAX_ATTEMPTS = 100
-MAX_IDEMPOTENCY_KEY_BYTES = 128
-MAX_WORKER_ID_BYTES = 128
-MAX_MODELS = 32
-MAX_WAIT_SECONDS = 60
-MAX_JOBS_PER_CLAIM = 64
-MAX_LEASE_ID_BYTES = 128
-MAX_STAGE_BYTES = 128
-MAX_ERROR_MESSAGE_BYTES = 4096
-MAX_CANCEL_REASON_BYTES = 1024
-# Durations beyond this are surely mistakes (and overflow some clocks).
-MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
 # A huge bad group would otherwise list a violation per child.
 MAX_VIOLATIONS_REPORTED = 20
 
@@ -111,9 +98,7 @@ class Violations:
         if not value:
             self.add(path, "required")
             return
-        try:
-            ULID.from_str(value)
-        except ValueError:
+        if not JOB_ID_PATTERN.fullmatch(value):
             self.add(path, "must be a job id (a 26-character ULID)")
 
     def fraction(self, path: str, value: float) -> None:

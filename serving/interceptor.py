@@ -22,10 +22,10 @@ import grpc.aio
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from jobgate.serving.errors import ShuttingDown, to_status
-from jobgate.serving.lifecycle import Lifecycle
-from jobgate.serving.metrics import Metrics
-from jobgate.serving.validation import FieldViolation, ValidationError
+from serving.errors import ShuttingDown, to_status
+from serving.lifecycle import Lifecycle
+from serving.metrics import Metrics
+from serving.validation import FieldViolation, ValidationError
 
 WRAPPED_PREFIX = "/jobgate.v1."
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

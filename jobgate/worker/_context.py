@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 
 from jobgate.errors import JobCancelledError
-from jobgate.serving.validation import MAX_STAGE_BYTES
 from jobgate.v1 import job_pb2
+from jobgate.v1.limits import MAX_STAGE_BYTES, clip_utf8
 
 
 class JobContext:
@@ -69,7 +69,7 @@ class JobContext:
             if stage:
                 # The server refuses a longer stage, and with it the heartbeat
                 # that keeps the lease: cut it instead.
-                self._stage = stage.encode()[:MAX_STAGE_BYTES].decode(errors="ignore")
+                self._stage = clip_utf8(stage, MAX_STAGE_BYTES)
         if self._on_report is not None:
             self._on_report()
 

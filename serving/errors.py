@@ -16,11 +16,11 @@ from datetime import timedelta
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from jobgate.serving.auth import AuthError
-from jobgate.serving.validation import ValidationError
+from serving.auth import AuthError
+from serving.validation import ValidationError
 from store.errors import ERROR_DOMAIN, StoreError
 
-log = logging.getLogger("jobgate.serving")
+log = logging.getLogger("jobgate.server")
 
 REASON_SHUTTING_DOWN = "SHUTTING_DOWN"
 _NEVER_SENT = (code_pb2.OK, code_pb2.INTERNAL, code_pb2.UNKNOWN)

@@ -22,9 +22,9 @@ import time
 import uuid
 from datetime import timedelta
 
-from jobgate.serving.lifecycle import HealthBoard
-from jobgate.serving.logs import event_fields
-from jobgate.serving.metrics import Metrics
+from serving.lifecycle import HealthBoard
+from serving.logs import event_fields
+from serving.metrics import Metrics
 from store.errors import StoreError
 from store.protocol import Store
 

@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from jobgate._logs import LOG_FORMATS, LOG_LEVELS
 from store.model import StoreSettings
 
 T = TypeVar("T")
-
-LOG_FORMATS = ("text", "json")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class SettingsError(ValueError):

@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import grpc
 from ulid import ULID
 
-from jobgate._client_channel import ConnectionConfig
-from jobgate._client_retry import RetryPolicy, call_with_retry
+from jobgate.client._channel import ConnectionConfig
+from jobgate.client._retry import RetryPolicy, call_with_retry
 from jobgate.errors import DeadlineExceededError, error_from_rpc
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 

@@ -1,7 +1,7 @@
 """The GPU-host worker daemon: `jobgate worker --target HOST:PORT --model M --handler mod:fn`.
 
 It long-polls ClaimNext for up to `concurrency` jobs at a time, runs the
-handler for each (see jobgate.context.JobContext and docs/handlers.md),
+handler for each (see jobgate.JobContext and docs/handlers.md),
 heartbeats every job at a third of its lease, and reports each outcome with
 SetResult, retried until acknowledged. A handler can never kill the daemon.
 
@@ -31,10 +31,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from jobgate._client_channel import ConnectionConfig
-from jobgate._worker_job import Handler, JobRun, Link, backoff
+from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
+from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
+from jobgate.worker._job import Handler, JobRun, Link, backoff
 
 log = logging.getLogger("jobgate.worker")
 T = TypeVar("T")
@@ -43,7 +44,6 @@ DEFAULT_WORKER_TARGET = "127.0.0.1:50052"
 #: The longest ClaimNext long-poll the server allows is 60 s; 30 s keeps
 #: idle workers cheap while noticing a dead connection reasonably soon.
 CLAIM_WAIT = 30.0
-MAX_CLAIM_BATCH = 64
 #: An empty ClaimNext answer quicker than this was not a real long poll.
 EARLY_EMPTY_ANSWER = 0.05
 
@@ -178,7 +178,7 @@ class Worker:
                 continue
             polled = time.monotonic()
             try:
-                response = await self._claim(stub, min(free, MAX_CLAIM_BATCH))
+                response = await self._claim(stub, min(free, MAX_JOBS_PER_CLAIM))
             except JobgateError as error:
                 if error.code in _FATAL_CODES:
                     log.error("%s: %s", _FATAL_CODES[error.code], error)

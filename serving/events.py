@@ -37,11 +37,11 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
+def add_command(subcommands: argparse._SubParsersAction[Any], help_line: str) -> None:
     """Register `jobgate events`."""
     parser = subcommands.add_parser(
         "events",
-        help="print the audit trail of job status transitions",
+        help=help_line,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
-from jobgate.serving.metrics import Metrics
+from serving.metrics import Metrics
 from store.errors import StoreError, StoreUnavailable
 from store.model import (
     CancelResult,
