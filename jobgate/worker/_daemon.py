@@ -36,6 +36,7 @@ from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
 from jobgate.worker._job import Handler, JobRun, Link, backoff
+from jobgate.worker._threads import HandlerThreads
 
 log = logging.getLogger("jobgate.worker")
 T = TypeVar("T")
@@ -130,6 +131,8 @@ class Worker:
         self.active: dict[str, asyncio.Task[None]] = {}
         self.claimed_total = 0
         self._link = Link()
+        #: Sync handlers run here; threads are reused from job to job.
+        self.threads = HandlerThreads(name="handler")
         self._stopping = asyncio.Event()
         self._force = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -240,6 +243,7 @@ class Worker:
             claimed,
             stub=stub,
             handler=self.handler,
+            threads=self.threads,
             metadata=self.config.connection.metadata,
             worker_id=self.config.worker_id,
             link=self._link,

@@ -13,7 +13,6 @@ import contextlib
 import inspect
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,13 +32,13 @@ from jobgate.errors import (
 from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_ERROR_MESSAGE_BYTES, clip_utf8
 from jobgate.worker._context import JobContext
+from jobgate.worker._threads import HandlerThreads
 
 log = logging.getLogger("jobgate.worker")
 
 Handler = Callable[[JobContext], Any]
 
-#: error_message is cut to this many UTF-8 bytes: the server refuses more than
-#: 4096, and a refused failure report would leave the attempt to its lease.
+#: The shortest lease the heartbeat plans for (a third of it between beats).
 MIN_LEASE = 0.3
 #: error_code of an attempt whose report the server refused as invalid.
 REJECTED = "RESULT_REJECTED"
@@ -127,8 +126,8 @@ def to_outcome(value: object, ctx: JobContext) -> Outcome:
     )
 
 
-async def run_in_thread(function: Handler, ctx: JobContext) -> Any:
-    """Run a sync handler on a daemon thread (so a stuck handler never blocks exit)."""
+async def run_in_thread(function: Handler, ctx: JobContext, threads: HandlerThreads) -> Any:
+    """Run a sync handler on a pooled daemon thread (a stuck one never blocks exit)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
 
@@ -144,11 +143,15 @@ async def run_in_thread(function: Handler, ctx: JobContext) -> Any:
         try:
             value = function(ctx)
         except BaseException as error:  # reported as the job's outcome
-            loop.call_soon_threadsafe(settle, None, error)
+            result: tuple[Any, BaseException | None] = (None, error)
         else:
-            loop.call_soon_threadsafe(settle, value, None)
+            result = (value, None)
+        # The loop may be closed by now (the daemon exited while a stuck
+        # handler ran on): nobody waits for this answer any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, *result)
 
-    threading.Thread(target=body, name=f"job-{ctx.job_id}", daemon=True).start()
+    threads.run(body)
     value = await future
     if inspect.isawaitable(value):  # a sync callable that returned a coroutine
         value = await value
@@ -164,6 +167,7 @@ class JobRun:
         *,
         stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
         handler: Handler,
+        threads: HandlerThreads,
         metadata: tuple[tuple[str, str], ...],
         worker_id: str,
         link: Link,
@@ -174,6 +178,7 @@ class JobRun:
         self.lease_id = claimed.lease_id
         self._stub = stub
         self._handler = handler
+        self._threads = threads
         self._metadata = metadata
         self._link = link
         self._progress_interval = progress_interval
@@ -250,7 +255,7 @@ class JobRun:
             if is_async_handler(self._handler):
                 value = await self._handler(ctx)
             else:
-                value = await run_in_thread(self._handler, ctx)
+                value = await run_in_thread(self._handler, ctx, self._threads)
         except RetryableError as error:
             return Outcome.failed(error.error_code, _describe(error), retryable=True)
         except JobCancelledError:
