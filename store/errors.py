@@ -12,6 +12,9 @@ from datetime import timedelta
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+# The contract spells the domain and reasons in jobgate/v1/errors.py, which
+# the store may not import; tests/servers/test_error_mapping.py holds this
+# copy (ERROR_DOMAIN and each class's `reason`) equal to it.
 ERROR_DOMAIN = "jobgate.dev"
 
 
