@@ -44,6 +44,27 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         log.info("job submitted", extra=job_fields(result.job, reused=result.reused))
         return pb.SubmitResponse(job=job_to_proto(result.job), reused=result.reused)
 
+    async def BatchSubmit(
+        self, request: pb.BatchSubmitRequest, context: Context
+    ) -> pb.BatchSubmitResponse:
+        caller = self._caller(context)
+        validate.batch_submit(request, self._settings)
+        submits = [convert.submit_request(caller.tenant, item) for item in request.requests]
+        results = await self._store.submit_batch(submits)
+        response = pb.BatchSubmitResponse()
+        for submit, result in zip(submits, results, strict=True):
+            if not result.reused:
+                self._serving.metrics.submitted(
+                    caller.tenant, submit.priority, convert.specs_of(submit)
+                )
+            response.responses.add(job=job_to_proto(result.job), reused=result.reused)
+        reused = sum(result.reused for result in results)
+        log.info(
+            "jobs submitted",
+            extra={"tenant": caller.tenant, "count": len(results), "reused": reused},
+        )
+        return response
+
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.GetResponse:
         caller = self._caller(context)
         validate.job_id(request.job_id)

@@ -19,18 +19,40 @@ _PRIORITIES = tuple(job_pb2.Priority.values())
 def submit(request: job_service_pb2.SubmitRequest, settings: ServerSettings) -> None:
     """Refuse a request that is malformed or can never fit the server's caps."""
     v = Violations()
-    v.printable_ascii(
-        "idempotency_key", request.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES, required=False
-    )
-    v.enum("priority", request.priority, _PRIORITIES, "PRIORITY_*")
+    _submit(v, "", request, settings)
+    v.raise_if_any()
+
+
+def batch_submit(request: job_service_pb2.BatchSubmitRequest, settings: ServerSettings) -> None:
+    """Each item as Submit checks it, its fields named `requests[i].…`."""
+    v = Violations()
+    count, cap = len(request.requests), settings.max_batch_submit
+    if not 1 <= count <= cap:
+        v.add("requests", f"must have 1 to {cap} entries (got {count})")
+        v.raise_if_any()
+    for index, item in enumerate(request.requests):
+        _submit(v, f"requests[{index}].", item, settings)
+    units = sum(len(item.group.children) or 1 for item in request.requests)
+    if units > _max_live(settings):
+        # All or nothing: a batch whose jobs exceed a live cap can never be admitted.
+        v.add("requests", f"at most {_max_live(settings)} jobs in all (got {units})")
+    v.raise_if_any()
+
+
+def _submit(
+    v: Violations, prefix: str, request: job_service_pb2.SubmitRequest, settings: ServerSettings
+) -> None:
+    key_path = f"{prefix}idempotency_key"
+    v.printable_ascii(key_path, request.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES, required=False)
+    v.enum(f"{prefix}priority", request.priority, _PRIORITIES, "PRIORITY_*")
     work = request.WhichOneof("work")
     if work == "job":
-        _spec(v, "job", request.job, settings.max_payload_bytes)
+        _spec(v, f"{prefix}job", request.job, settings.max_payload_bytes)
     elif work == "group":
-        _group(v, request.group, settings.max_payload_bytes, _max_children(settings))
+        max_children = _max_children(settings)
+        _group(v, f"{prefix}group", request.group, settings.max_payload_bytes, max_children)
     else:
-        v.add("work", "one of job or group is required")
-    v.raise_if_any()
+        v.add(f"{prefix}work", "one of job or group is required")
 
 
 def _max_children(settings: ServerSettings) -> int:
@@ -40,19 +62,25 @@ def _max_children(settings: ServerSettings) -> int:
     or --max-live-total would get RESOURCE_EXHAUSTED with RetryInfo forever:
     DESIGN wants INVALID_ARGUMENT for a request that can never fit.
     """
-    return min(settings.max_group_children, settings.max_live_per_tenant, settings.max_live_total)
+    return min(settings.max_group_children, _max_live(settings))
 
 
-def _group(v: Violations, group: job_pb2.GroupSpec, max_payload: int, max_children: int) -> None:
+def _max_live(settings: ServerSettings) -> int:
+    return min(settings.max_live_per_tenant, settings.max_live_total)
+
+
+def _group(
+    v: Violations, path: str, group: job_pb2.GroupSpec, max_payload: int, max_children: int
+) -> None:
     count = len(group.children)
     if not 1 <= count <= max_children:
-        v.add("group.children", f"must have 1 to {max_children} entries (got {count})")
+        v.add(f"{path}.children", f"must have 1 to {max_children} entries (got {count})")
         if count > max_children:
             return  # the cap decides; don't also inspect every child
     if group.max_parallel < 0:
-        v.add("group.max_parallel", "must not be negative")
+        v.add(f"{path}.max_parallel", "must not be negative")
     for index, child in enumerate(group.children):
-        _spec(v, f"group.children[{index}]", child, max_payload)
+        _spec(v, f"{path}.children[{index}]", child, max_payload)
 
 
 def _spec(v: Violations, path: str, spec: job_pb2.JobSpec, max_payload_bytes: int) -> None:

@@ -55,6 +55,7 @@ class ServerSettings:
     max_group_children: int = _STORE.max_group_children
     max_live_per_tenant: int = _STORE.max_live_per_tenant
     max_live_total: int = _STORE.max_live_total
+    max_batch_submit: int = 1000
     redis_partition: str = "default"
     retry_backoff: timedelta = _STORE.retry_backoff_base
     retry_backoff_max: timedelta = _STORE.retry_backoff_max
@@ -185,6 +186,7 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("max_group_children", _int_parser(1, 1_000_000), "children per group", "N"),
     _Flag("max_live_per_tenant", _int_parser(1, _MAX_INT), "live jobs per tenant", "N"),
     _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total", "N"),
+    _Flag("max_batch_submit", _int_parser(1, 100_000), "items per BatchSubmit call", "N"),
     _Flag("redis_partition", _partition, "Redis hash tag jobgate:{NAME}:", "NAME"),
     _Flag(
         "retry_backoff",

@@ -24,11 +24,28 @@ class StoreError(Exception):
     code: int = code_pb2.INTERNAL
     reason: str = ""
     retry_after: timedelta | None = None
+    #: Within a batch, the field of the item that names the refusal.
+    item_field: str = ""
 
     def __init__(self, message: str, **metadata: str) -> None:
         super().__init__(message)
         self.message = message
         self.metadata: Mapping[str, str] = metadata
+        #: Within a batch (BatchSubmit), the index of the refused item.
+        self.item: int | None = None
+
+    def for_item(self, index: int) -> StoreError:
+        """This error, as the refusal of item `index` of a batch."""
+        self.item = index
+        return self
+
+    def _item_violation(self) -> error_details_pb2.BadRequest | None:
+        if self.item is None:
+            return None
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=f"requests[{self.item}]{self.item_field}", description=self.message
+        )
+        return error_details_pb2.BadRequest(field_violations=[violation])
 
     def to_status(self) -> status_pb2.Status:
         """A google.rpc.Status with ErrorInfo, plus RetryInfo where a retry helps."""
@@ -42,6 +59,9 @@ class StoreError(Exception):
             delay = duration_pb2.Duration()
             delay.FromTimedelta(self.retry_after)
             status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        item = self._item_violation()
+        if item is not None:
+            status.details.add().Pack(item)
         return status
 
 
@@ -57,6 +77,7 @@ class IdempotencyKeyReused(StoreError):
 
     code = code_pb2.ALREADY_EXISTS
     reason = "IDEMPOTENCY_KEY_REUSED"
+    item_field = ".idempotency_key"
 
 
 class LeaseLost(StoreError):
@@ -107,7 +128,13 @@ class InvalidRequest(StoreError):
         self.field = field
         self.description = description
 
+    @property
+    def item_field(self) -> str:  # type: ignore[override]
+        return f".{self.field}"
+
     def to_status(self) -> status_pb2.Status:
+        if self.item is not None:
+            return super().to_status()  # the item's own violation, with its index
         status = super().to_status()
         violation = error_details_pb2.BadRequest.FieldViolation(
             field=self.field, description=self.description

@@ -96,6 +96,15 @@ class Store(Protocol):
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         """Create a job or a group (with its children), or return the keyed original."""
 
+    async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+        """Submit every request, all or nothing, in one atomic step (BatchSubmit).
+
+        Each item keeps submit's rules, applied in order (an item may reuse
+        the job an earlier item of the same batch made). If any item is
+        refused, nothing is created and its error is raised with `item` set
+        to its index.
+        """
+
     async def get(self, tenant: str, job_id: str) -> Job:
         """The job's snapshot, with queue_position while QUEUED and a group's children."""
 

@@ -75,7 +75,8 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser = subcommands.add_parser(
         "submit",
         help="submit a job or a group of jobs",
-        description="Submit one job (--model with --file or --data) or a group (--group FILE).",
+        description="Submit one job (--model with --file or --data), a group (--group FILE) "
+        "or many jobs in one atomic call (--batch FILE).",
     )
     parser.add_argument("--model", help="model name: which workers may run the job")
     source = parser.add_mutually_exclusive_group()
@@ -86,6 +87,12 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
         metavar="FILE",
         help='a group: JSON (a list of children or {"children": [...]}) or JSONL, each '
         'child {"model", "data" or "payload_b64", "content_type", "labels"}',
+    )
+    source.add_argument(
+        "--batch",
+        metavar="FILE",
+        help="many jobs in one BatchSubmit (all or nothing): JSON lines, one job a line, "
+        'each like a group child plus optional "priority" and "idempotency_key"',
     )
     parser.add_argument(
         "--max-parallel",
@@ -287,8 +294,10 @@ def read_group(path: str, default_model: str | None) -> list[job_pb2.JobSpec]:
     return [_child(item, index, default_model, path) for index, item in enumerate(loaded)]
 
 
-def _child(item: Any, index: int, default_model: str | None, path: str) -> job_pb2.JobSpec:
-    where = f"{path}: child {index}"
+def _child(
+    item: Any, index: int, default_model: str | None, path: str, what: str = "child"
+) -> job_pb2.JobSpec:
+    where = f"{path}: {what} {index}"
     if not isinstance(item, dict):
         raise UsageError(f"{where}: expected an object")
     model = item.get("model") or default_model
@@ -318,7 +327,53 @@ def _child(item: Any, index: int, default_model: str | None, path: str) -> job_p
     )
 
 
+def read_batch(path: str, default_model: str | None) -> list[job_service_pb2.SubmitRequest]:
+    """One SubmitRequest per JSON line: a child's fields, plus priority and idempotency_key."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from error
+    requests = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}: line {number} is not JSON ({error.msg})") from error
+        spec = _child(item, number, default_model, path, what="line")
+        priority = str(item.get("priority", "batch"))
+        if priority.lower() not in PRIORITIES:
+            raise UsageError(f"{path}: line {number}: unknown priority {priority!r}")
+        requests.append(
+            job_service_pb2.SubmitRequest(
+                idempotency_key=str(item.get("idempotency_key", "")),
+                priority=priority_value(priority),
+                job=spec,
+            )
+        )
+    if not requests:
+        raise UsageError(f"{path}: no jobs (one JSON object a line)")
+    return requests
+
+
+async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
+    if args.wait:
+        raise UsageError("--wait follows one job; use jobgate watch ID for each of a batch")
+    responses = await client.batch_submit(read_batch(args.batch, args.model))
+    if args.json:
+        batch = job_service_pb2.BatchSubmitResponse(responses=responses)
+        _print_json(batch)
+        return EXIT_OK
+    for response in responses:
+        reused = " (existing job for this idempotency key)" if response.reused else ""
+        print(f"submitted {job_line(response.job)}{reused}", flush=True)
+    return EXIT_OK
+
+
 async def _submit(args: argparse.Namespace, client: JobClient) -> int:
+    if args.batch is not None:
+        return await _submit_batch(args, client)
     request = job_service_pb2.SubmitRequest(
         idempotency_key=args.idempotency_key, priority=priority_value(args.priority)
     )

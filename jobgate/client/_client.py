@@ -244,6 +244,27 @@ class JobClient:
             request = keyed
         return await self._unary("Submit", self.stub.Submit, request, timeout)
 
+    async def batch_submit(
+        self,
+        requests: Sequence[job_service_pb2.SubmitRequest],
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> list[job_service_pb2.SubmitResponse]:
+        """Submit many prepared requests in one call, all or nothing; responses in order.
+
+        Build each with `job_spec` inside a SubmitRequest. A request without
+        an idempotency key gets a fresh one here, so a retry of the whole
+        batch after a lost answer creates nothing twice. If any item is
+        refused, nothing is created and the error names it (`requests[i]…`).
+        """
+        keyed = job_service_pb2.BatchSubmitRequest()
+        for request in requests:
+            item = keyed.requests.add()
+            item.CopyFrom(request)
+            item.idempotency_key = item.idempotency_key or new_idempotency_key()
+        response = await self._unary("BatchSubmit", self.stub.BatchSubmit, keyed, timeout)
+        return list(response.responses)
+
     async def get(self, job_id: str, *, timeout: Timeout = USE_DEFAULT) -> job_pb2.Job:
         """The current state of a job."""
         request = job_service_pb2.GetRequest(job_id=job_id)
@@ -358,6 +379,12 @@ class SyncJobClient:
     ) -> job_service_pb2.SubmitResponse:
         """See JobClient.submit_request."""
         return self._run(self._client.submit_request(request, **options))
+
+    def batch_submit(
+        self, requests: Sequence[job_service_pb2.SubmitRequest], **options: Any
+    ) -> list[job_service_pb2.SubmitResponse]:
+        """See JobClient.batch_submit."""
+        return self._run(self._client.batch_submit(requests, **options))
 
     def get(self, job_id: str, **options: Any) -> job_pb2.Job:
         """See JobClient.get."""

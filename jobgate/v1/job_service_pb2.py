@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from jobgate.v1 import job_pb2 as jobgate_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cjobgate/v1/job_service.proto\x12\njobgate.v1\x1a\x14jobgate/v1/job.proto\"\xa4\x01\n\rSubmitRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12&\n\x08priority\x18\x02 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\"\n\x03job\x18\x03 \x01(\x0b\x32\x13.jobgate.v1.JobSpecH\x00\x12&\n\x05group\x18\x04 \x01(\x0b\x32\x15.jobgate.v1.GroupSpecH\x00\x42\x06\n\x04work\">\n\x0eSubmitResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x0e\n\x06reused\x18\x02 \x01(\x08\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"+\n\x0bGetResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"%\n\x13StreamStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x14StreamStatusResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"/\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"A\n\x0e\x43\x61ncelResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x32\x9b\x02\n\nJobService\x12?\n\x06Submit\x12\x19.jobgate.v1.SubmitRequest\x1a\x1a.jobgate.v1.SubmitResponse\x12\x36\n\x03Get\x12\x16.jobgate.v1.GetRequest\x1a\x17.jobgate.v1.GetResponse\x12S\n\x0cStreamStatus\x12\x1f.jobgate.v1.StreamStatusRequest\x1a .jobgate.v1.StreamStatusResponse0\x01\x12?\n\x06\x43\x61ncel\x12\x19.jobgate.v1.CancelRequest\x1a\x1a.jobgate.v1.CancelResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cjobgate/v1/job_service.proto\x12\njobgate.v1\x1a\x14jobgate/v1/job.proto\"\xa4\x01\n\rSubmitRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12&\n\x08priority\x18\x02 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\"\n\x03job\x18\x03 \x01(\x0b\x32\x13.jobgate.v1.JobSpecH\x00\x12&\n\x05group\x18\x04 \x01(\x0b\x32\x15.jobgate.v1.GroupSpecH\x00\x42\x06\n\x04work\">\n\x0eSubmitResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x0e\n\x06reused\x18\x02 \x01(\x08\"A\n\x12\x42\x61tchSubmitRequest\x12+\n\x08requests\x18\x01 \x03(\x0b\x32\x19.jobgate.v1.SubmitRequest\"D\n\x13\x42\x61tchSubmitResponse\x12-\n\tresponses\x18\x01 \x03(\x0b\x32\x1a.jobgate.v1.SubmitResponse\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"+\n\x0bGetResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"%\n\x13StreamStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x14StreamStatusResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"/\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"A\n\x0e\x43\x61ncelResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x32\xeb\x02\n\nJobService\x12?\n\x06Submit\x12\x19.jobgate.v1.SubmitRequest\x1a\x1a.jobgate.v1.SubmitResponse\x12\x36\n\x03Get\x12\x16.jobgate.v1.GetRequest\x1a\x17.jobgate.v1.GetResponse\x12S\n\x0cStreamStatus\x12\x1f.jobgate.v1.StreamStatusRequest\x1a .jobgate.v1.StreamStatusResponse0\x01\x12?\n\x06\x43\x61ncel\x12\x19.jobgate.v1.CancelRequest\x1a\x1a.jobgate.v1.CancelResponse\x12N\n\x0b\x42\x61tchSubmit\x12\x1e.jobgate.v1.BatchSubmitRequest\x1a\x1f.jobgate.v1.BatchSubmitResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,18 +36,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITREQUEST']._serialized_end=231
   _globals['_SUBMITRESPONSE']._serialized_start=233
   _globals['_SUBMITRESPONSE']._serialized_end=295
-  _globals['_GETREQUEST']._serialized_start=297
-  _globals['_GETREQUEST']._serialized_end=325
-  _globals['_GETRESPONSE']._serialized_start=327
-  _globals['_GETRESPONSE']._serialized_end=370
-  _globals['_STREAMSTATUSREQUEST']._serialized_start=372
-  _globals['_STREAMSTATUSREQUEST']._serialized_end=409
-  _globals['_STREAMSTATUSRESPONSE']._serialized_start=411
-  _globals['_STREAMSTATUSRESPONSE']._serialized_end=463
-  _globals['_CANCELREQUEST']._serialized_start=465
-  _globals['_CANCELREQUEST']._serialized_end=512
-  _globals['_CANCELRESPONSE']._serialized_start=514
-  _globals['_CANCELRESPONSE']._serialized_end=579
-  _globals['_JOBSERVICE']._serialized_start=582
-  _globals['_JOBSERVICE']._serialized_end=865
+  _globals['_BATCHSUBMITREQUEST']._serialized_start=297
+  _globals['_BATCHSUBMITREQUEST']._serialized_end=362
+  _globals['_BATCHSUBMITRESPONSE']._serialized_start=364
+  _globals['_BATCHSUBMITRESPONSE']._serialized_end=432
+  _globals['_GETREQUEST']._serialized_start=434
+  _globals['_GETREQUEST']._serialized_end=462
+  _globals['_GETRESPONSE']._serialized_start=464
+  _globals['_GETRESPONSE']._serialized_end=507
+  _globals['_STREAMSTATUSREQUEST']._serialized_start=509
+  _globals['_STREAMSTATUSREQUEST']._serialized_end=546
+  _globals['_STREAMSTATUSRESPONSE']._serialized_start=548
+  _globals['_STREAMSTATUSRESPONSE']._serialized_end=600
+  _globals['_CANCELREQUEST']._serialized_start=602
+  _globals['_CANCELREQUEST']._serialized_end=649
+  _globals['_CANCELRESPONSE']._serialized_start=651
+  _globals['_CANCELRESPONSE']._serialized_end=716
+  _globals['_JOBSERVICE']._serialized_start=719
+  _globals['_JOBSERVICE']._serialized_end=1082
 # @@protoc_insertion_point(module_scope)

@@ -3,8 +3,10 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from jobgate.v1 import job_pb2 as _job_pb2
 import builtins as _builtins
 import sys
@@ -88,6 +90,56 @@ class SubmitResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubmitResponse: _TypeAlias = SubmitResponse  # noqa: Y015
+
+@_typing.final
+class BatchSubmitRequest(_message.Message):
+    """BatchSubmitRequest is the input of BatchSubmit."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubmitRequest]:
+        """Required. The submits, each as Submit takes it: 1 to --max-batch-submit
+        entries.
+        """
+
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___SubmitRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchSubmitRequest: _TypeAlias = BatchSubmitRequest  # noqa: Y015
+
+@_typing.final
+class BatchSubmitResponse(_message.Message):
+    """BatchSubmitResponse is the output of BatchSubmit."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubmitResponse]:
+        """One response per request, in request order."""
+
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___SubmitResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchSubmitResponse: _TypeAlias = BatchSubmitResponse  # noqa: Y015
 
 @_typing.final
 class GetRequest(_message.Message):

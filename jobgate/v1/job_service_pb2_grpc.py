@@ -63,6 +63,11 @@ class JobServiceStub:
                 request_serializer=jobgate_dot_v1_dot_job__service__pb2.CancelRequest.SerializeToString,
                 response_deserializer=jobgate_dot_v1_dot_job__service__pb2.CancelResponse.FromString,
                 _registered_method=True)
+        self.BatchSubmit = channel.unary_unary(
+                '/jobgate.v1.JobService/BatchSubmit',
+                request_serializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitRequest.SerializeToString,
+                response_deserializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -116,6 +121,19 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BatchSubmit(self, request, context):
+        """BatchSubmit accepts many submits in one call and one atomic store step
+        (AIP-233): the responses come in request order, and each item keeps
+        Submit's idempotency rules (a reused key answers its existing job with
+        reused=true). If any item is refused (invalid, ALREADY_EXISTS, over a
+        cap) nothing is created, and the error names the item
+        (`requests[i]...` in its BadRequest). At most the server's
+        --max-batch-submit items (default 1000).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +156,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.Cancel,
                     request_deserializer=jobgate_dot_v1_dot_job__service__pb2.CancelRequest.FromString,
                     response_serializer=jobgate_dot_v1_dot_job__service__pb2.CancelResponse.SerializeToString,
+            ),
+            'BatchSubmit': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchSubmit,
+                    request_deserializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitRequest.FromString,
+                    response_serializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -257,6 +280,33 @@ class JobService:
             '/jobgate.v1.JobService/Cancel',
             jobgate_dot_v1_dot_job__service__pb2.CancelRequest.SerializeToString,
             jobgate_dot_v1_dot_job__service__pb2.CancelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchSubmit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobgate.v1.JobService/BatchSubmit',
+            jobgate_dot_v1_dot_job__service__pb2.BatchSubmitRequest.SerializeToString,
+            jobgate_dot_v1_dot_job__service__pb2.BatchSubmitResponse.FromString,
             options,
             channel_credentials,
             insecure,

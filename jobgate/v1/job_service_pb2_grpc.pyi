@@ -65,6 +65,15 @@ class JobServiceStub:
     group, held and queued children are cancelled, running children finish.
     Cancelling a terminal job is not an error: cancelled=false.
     """
+    BatchSubmit: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.BatchSubmitRequest, _job_service_pb2.BatchSubmitResponse]
+    """BatchSubmit accepts many submits in one call and one atomic store step
+    (AIP-233): the responses come in request order, and each item keeps
+    Submit's idempotency rules (a reused key answers its existing job with
+    reused=true). If any item is refused (invalid, ALREADY_EXISTS, over a
+    cap) nothing is created, and the error names the item
+    (`requests[i]...` in its BadRequest). At most the server's
+    --max-batch-submit items (default 1000).
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -102,6 +111,15 @@ class JobServiceAsyncStub(JobServiceStub):
     CANCELLED at once and its worker is told on its next heartbeat. For a
     group, held and queued children are cancelled, running children finish.
     Cancelling a terminal job is not an error: cancelled=false.
+    """
+    BatchSubmit: _aio.UnaryUnaryMultiCallable[_job_service_pb2.BatchSubmitRequest, _job_service_pb2.BatchSubmitResponse]  # type: ignore[assignment]
+    """BatchSubmit accepts many submits in one call and one atomic store step
+    (AIP-233): the responses come in request order, and each item keeps
+    Submit's idempotency rules (a reused key answers its existing job with
+    reused=true). If any item is refused (invalid, ALREADY_EXISTS, over a
+    cap) nothing is created, and the error names the item
+    (`requests[i]...` in its BadRequest). At most the server's
+    --max-batch-submit items (default 1000).
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -161,6 +179,21 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         CANCELLED at once and its worker is told on its next heartbeat. For a
         group, held and queued children are cancelled, running children finish.
         Cancelling a terminal job is not an error: cancelled=false.
+        """
+
+    @_abc_1.abstractmethod
+    def BatchSubmit(
+        self,
+        request: _job_service_pb2.BatchSubmitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.BatchSubmitResponse, _abc.Awaitable[_job_service_pb2.BatchSubmitResponse]]:
+        """BatchSubmit accepts many submits in one call and one atomic store step
+        (AIP-233): the responses come in request order, and each item keeps
+        Submit's idempotency rules (a reused key answers its existing job with
+        reused=true). If any item is refused (invalid, ALREADY_EXISTS, over a
+        cap) nothing is created, and the error names the item
+        (`requests[i]...` in its BadRequest). At most the server's
+        --max-batch-submit items (default 1000).
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
