@@ -59,6 +59,20 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
+from store.policy import (
+    GROUP_CANCELLED_MESSAGE,
+    LEASE_EXPIRED_MESSAGE,
+    QUEUE_TIMEOUT_MESSAGE,
+    RUN_TIMEOUT_MESSAGE,
+    child_key,
+    claim_limit,
+    claim_models,
+    exhausted_message,
+    group_outcome,
+    limits,
+    retry_delay,
+    watch_view,
+)
 from store.protocol import Store
 
 QueueKey = tuple[str, Priority]
@@ -290,10 +304,6 @@ def _optional_dt(timestamp: float | None) -> datetime | None:
     return None if timestamp is None else _dt(timestamp)
 
 
-def _seconds(value: timedelta | None, default: timedelta) -> float:
-    return (value if value else default).total_seconds()
-
-
 def _event_number(event_id: str) -> int:
     """Accept "N" (ours) and "N-M" (Redis stream style) positions."""
     try:
@@ -412,7 +422,7 @@ class LocalStore(Store):
             if record is None:
                 return
             job = self._snapshot(record)
-            view = _watch_view(job)
+            view = watch_view(job)
             if view != last:
                 last = view
                 yield job
@@ -431,10 +441,12 @@ class LocalStore(Store):
     ) -> list[ClaimedJob]:
         self._check_open()
         deadline = time.monotonic() + wait.total_seconds()
-        wanted = list(dict.fromkeys(models))
+        wanted = claim_models(models)
+        if not wanted:
+            return []
         while True:
             claimable = self._claimable
-            claimed = self._claim_now(worker_id, wanted, max(1, max_jobs))
+            claimed = self._claim_now(worker_id, wanted, claim_limit(max_jobs))
             if claimed or self._closed:
                 return claimed
             remaining = deadline - time.monotonic()
@@ -606,10 +618,10 @@ class LocalStore(Store):
         index: int = 0,
     ) -> _Record:
         """A single job (QUEUED) or a group's child (HELD), counted as live."""
-        defaults = self.settings
         key = request.idempotency_key
-        if parent is not None and key:
-            key = f"{key}#{index}"
+        if parent is not None:
+            key = child_key(key, index)
+        effective = limits(spec, self.settings)
         record = _Record(
             id=str(ULID()),
             tenant=request.tenant,
@@ -622,9 +634,9 @@ class LocalStore(Store):
             payload=spec.payload,
             content_type=spec.content_type,
             labels=dict(spec.labels),
-            max_attempts=max(1, spec.max_attempts or defaults.max_attempts),
-            queue_timeout=_seconds(spec.queue_timeout, defaults.queue_timeout),
-            run_timeout=_seconds(spec.run_timeout, defaults.run_timeout),
+            max_attempts=effective.max_attempts,
+            queue_timeout=effective.queue_timeout.total_seconds(),
+            run_timeout=effective.run_timeout.total_seconds(),
             idempotency_key=key,
             parent_id=parent.id if parent else "",
             child_index=index,
@@ -818,23 +830,19 @@ class LocalStore(Store):
         if parent is not None and parent.status is JobStatus.CANCELLED:
             # a running child may finish its attempt after its group was
             # cancelled, but a retry would queue work for a cancelled group
-            record.error_code, record.error_message = ERROR_CANCELLED, "its group was cancelled"
+            record.error_code, record.error_message = ERROR_CANCELLED, GROUP_CANCELLED_MESSAGE
             self._end(record, JobStatus.CANCELLED, now)
             return
         if record.attempts >= record.max_attempts:
             record.error_code = ERROR_ATTEMPTS_EXHAUSTED
-            record.error_message = f"{error_code}: {error_message}" if error_message else error_code
+            record.error_message = exhausted_message(error_code, error_message)
             self._end(record, JobStatus.FAILED, now)
             return
         record.error_code, record.error_message = error_code, error_message
         self._transition(record, JobStatus.QUEUED, now)
         self._start_queue_clock(record, now)
         if backoff:
-            base = self.settings.retry_backoff_base.total_seconds()
-            delay = min(
-                base * 2 ** (record.attempts - 1), self.settings.retry_backoff_max.total_seconds()
-            )
-            record.ready_at = now + delay
+            record.ready_at = now + retry_delay(record.attempts, self.settings).total_seconds()
             self._push(self._retries, record.ready_at, record)
         else:
             self._queue_of(record).restore(record.id)
@@ -846,6 +854,7 @@ class LocalStore(Store):
         self._end(record, JobStatus.CANCELLED, now)
 
     def _cancel_group(self, parent: _Record, reason: str, now: float) -> None:
+        parent.cancel_requested = parent.status is JobStatus.PROCESSING
         parent.error_code, parent.error_message = ERROR_CANCELLED, reason
         self._transition(parent, JobStatus.CANCELLED, now)
         parent.end_time = now
@@ -888,16 +897,7 @@ class LocalStore(Store):
             self._finish_group(parent, now)
 
     def _finish_group(self, parent: _Record, now: float) -> None:
-        total = len(parent.children)
-        if parent.completed_children == total:
-            final = JobStatus.COMPLETED
-        elif parent.completed_children == 0:
-            final = JobStatus.FAILED
-        else:
-            final = JobStatus.PARTIAL
-        if final is not JobStatus.COMPLETED:
-            failed = total - parent.completed_children
-            parent.error_message = f"{failed} of {total} children did not complete"
+        final, parent.error_message = group_outcome(len(parent.children), parent.completed_children)
         self._transition(parent, final, now)
         parent.end_time = now
         self._maybe_expire_group(parent, now)
@@ -923,12 +923,12 @@ class LocalStore(Store):
 
     def _recover_run_timeouts(self, now: float) -> None:
         for record in self._runs.due(now, self._jobs):
-            message = f"attempt {record.attempts} ran past its run_timeout"
+            message = RUN_TIMEOUT_MESSAGE.format(attempts=record.attempts)
             self._retry_or_exhaust(record, ERROR_RUN_TIMEOUT, message, now, backoff=True)
 
     def _recover_leases(self, now: float) -> None:
         for record in self._leases.due(now, self._jobs):
-            message = f"lease of attempt {record.attempts} expired"
+            message = LEASE_EXPIRED_MESSAGE.format(attempts=record.attempts)
             self._retry_or_exhaust(record, ERROR_LEASE_EXPIRED, message, now, backoff=False)
 
     def _recover_retries(self, now: float) -> bool:
@@ -943,7 +943,7 @@ class LocalStore(Store):
     def _recover_queue_timeouts(self, now: float) -> None:
         for record in self._queue_waits.due(now, self._jobs):
             record.error_code = ERROR_QUEUE_TIMEOUT
-            record.error_message = "queued longer than its queue_timeout"
+            record.error_message = QUEUE_TIMEOUT_MESSAGE
             self._end(record, JobStatus.FAILED, now)
 
     def _recover_expiries(self, now: float) -> None:
@@ -1053,9 +1053,3 @@ class LocalStore(Store):
             self._claimable_pending = False
             ready, self._claimable = self._claimable, asyncio.Event()
             ready.set()
-
-
-def _watch_view(job: Job) -> tuple[object, ...]:
-    """What makes a new watch snapshot worth sending."""
-    children = tuple((child.id, child.status) for child in job.children)
-    return (job.status, job.progress, job.stage, job.queue_position, children)

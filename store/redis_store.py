@@ -52,6 +52,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
+from store.policy import child_key, claim_limit, claim_models, limits, watch_view
 from store.protocol import Store
 from store.redis_codec import (
     claimed_from_reply,
@@ -74,7 +75,6 @@ CONNECT_TIMEOUT = 0.5
 SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
-MAX_CLAIM = 64
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -225,15 +225,15 @@ class RedisStore(Store):
         return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
 
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
-        s = self.settings
+        effective = limits(spec, self.settings)
         return {
             "id": str(ULID()),
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
-            "max_attempts": max(1, spec.max_attempts or s.max_attempts),
-            "queue_timeout": to_ms(spec.queue_timeout or s.queue_timeout),
-            "run_timeout": to_ms(spec.run_timeout or s.run_timeout),
+            "max_attempts": effective.max_attempts,
+            "queue_timeout": to_ms(effective.queue_timeout),
+            "run_timeout": to_ms(effective.run_timeout),
             "idempotency_key": idempotency_key,
         }
 
@@ -242,7 +242,7 @@ class RedisStore(Store):
         work = request.work
         if isinstance(work, GroupSpec):
             children = [
-                self._job_spec(child, f"{key}#{index}" if key else "")
+                self._job_spec(child, child_key(key, index))
                 for index, child in enumerate(work.children)
             ]
             parent: dict[str, Any] = {
@@ -257,7 +257,7 @@ class RedisStore(Store):
             }
             spec = {
                 **parent,
-                "kind": "group",
+                "kind": JobKind.GROUP.value,
                 "priority": int(request.priority),
                 "max_parallel": max(0, work.max_parallel),
                 "jobs": children,
@@ -265,7 +265,7 @@ class RedisStore(Store):
             return spec, [child.payload for child in work.children]
         single = self._job_spec(work, key)
         spec = {
-            "kind": "single",
+            "kind": JobKind.SINGLE.value,
             "id": single["id"],
             "priority": int(request.priority),
             "max_parallel": 0,
@@ -307,10 +307,10 @@ class RedisStore(Store):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
     ) -> list[ClaimedJob]:
-        models = list(dict.fromkeys(models))
+        models = claim_models(models)
         if not models:
             return []
-        max_jobs = min(max(max_jobs, 1), MAX_CLAIM)
+        max_jobs = claim_limit(max_jobs)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.total_seconds()
         with self._notifier.listen(f"r {model}" for model in models) as listener:
@@ -430,8 +430,8 @@ class RedisStore(Store):
                     if new_q or new_r:
                         listener.clear()
                         job = await self.get(tenant, job_id)
-                if _watch_key(job) != seen:
-                    seen = _watch_key(job)
+                if watch_view(job) != seen:
+                    seen = watch_view(job)
                     yield job
                 if job.terminal or self._closed:
                     return
@@ -490,14 +490,3 @@ class RedisStore(Store):
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
-
-
-def _watch_key(job: Job) -> tuple[object, ...]:
-    """What makes a new watch snapshot worth sending."""
-    return (
-        job.status,
-        job.progress,
-        job.stage,
-        job.queue_position,
-        tuple((child.id, child.status) for child in job.children),
-    )
