@@ -19,9 +19,9 @@ from store.model import (
     HeartbeatResult,
     Job,
     JobEvent,
-    JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -91,27 +91,9 @@ class InstrumentedStore(Store):
         )
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        call = self.inner.record_result(
-            job_id,
-            lease_id,
-            status,
-            result,
-            result_content_type,
-            error_code,
-            error_message,
-            retryable,
-        )
-        return await self._call("set_result", call)
+        return await self._call("set_result", self.inner.record_result(job_id, lease_id, report))
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
         return await self._call("cancel", self.inner.cancel(tenant, job_id, reason))

@@ -55,6 +55,7 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -486,22 +487,14 @@ class LocalStore(Store):
         return HeartbeatResult(_dt(record.lease_deadline), cancel_requested=False)
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
         self._check_open()
-        if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         now = self._clock()
         record = self._leased(job_id, lease_id)
-        outcome: Outcome = (status, retryable, error_code, result)
+        outcome: Outcome = (report.status, report.retryable, report.error_code, report.result)
         if record.status is JobStatus.CANCELLED and record.cancel_requested:
             raise JobCancelled(f"job {job_id} was cancelled", job_id=job_id)
         if record.status is not JobStatus.PROCESSING:
@@ -509,16 +502,17 @@ class LocalStore(Store):
                 return ResultRecorded(self._snapshot(record), applied=False)
             raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
         record.outcome = outcome
-        if status is JobStatus.COMPLETED:
-            record.result = result
-            record.result_content_type = result_content_type
+        if report.status is JobStatus.COMPLETED:
+            record.result = report.result
+            record.result_content_type = report.result_content_type
             record.error_code = record.error_message = ""
             record.progress = 1.0
             self._end(record, JobStatus.COMPLETED, now)
-        elif retryable:
-            self._retry_or_exhaust(record, error_code, error_message, now, backoff=True)
+        elif report.retryable:
+            code, message = report.error_code, report.error_message
+            self._retry_or_exhaust(record, code, message, now, backoff=True)
         else:
-            record.error_code, record.error_message = error_code, error_message
+            record.error_code, record.error_message = report.error_code, report.error_message
             self._end(record, JobStatus.FAILED, now)
         self._wake()
         return ResultRecorded(self._snapshot(record), applied=True)

@@ -73,6 +73,7 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -138,28 +139,21 @@ class Store(Protocol):
         error_message: str = "",
         retryable: bool = False,
     ) -> Job:
-        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
+        """record_result spelled inline, answering the job only.
 
-        Stores that subclass Store inherit this: it is record_result without the flag.
+        No production caller (WorkerService calls record_result): tests and
+        tools use it to end attempts in one line. Stores that subclass Store
+        inherit it.
         """
-        recorded = await self.record_result(
-            job_id, lease_id, status, result, result_content_type, error_code, error_message,
-            retryable,
-        )  # fmt: skip
-        return recorded.job
+        report = ResultReport(
+            status, result, result_content_type, error_code, error_message, retryable
+        )
+        return (await self.record_result(job_id, lease_id, report)).job
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        """set_result, also saying whether this call changed the job.
+        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
 
         `applied` is False for a repeat (same lease and outcome) that returned
         the stored job unchanged, so callers count each outcome once.

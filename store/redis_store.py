@@ -48,6 +48,7 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -356,17 +357,9 @@ class RedisStore(Store):
         )
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         s = self.settings
         reply = await self._transition(
@@ -375,12 +368,12 @@ class RedisStore(Store):
             [
                 job_id,
                 lease_id,
-                status.value,
-                result,
-                result_content_type,
-                error_code,
-                error_message,
-                1 if retryable else 0,
+                report.status.value,
+                report.result,
+                report.result_content_type,
+                report.error_code,
+                report.error_message,
+                1 if report.retryable else 0,
                 to_ms(s.retry_backoff_base),
                 to_ms(s.retry_backoff_max),
             ],

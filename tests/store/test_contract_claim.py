@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from store import InvalidRequest, JobCancelled, JobNotFound, LeaseLost, Store
-from store.model import ClaimedJob, JobStatus, Priority
+from store.model import ClaimedJob, JobStatus, Priority, ResultReport
 from store.policy import MAX_CLAIM
 from tests.helpers import assert_eventually
 from tests.store.conftest import (
@@ -352,9 +352,9 @@ async def test_repeated_set_result_returns_the_stored_job_unchanged(store: Store
 async def test_record_result_says_whether_the_call_changed_the_job(store: Store) -> None:
     await submit_one(store)
     claimed = await claim_one(store)
-    args = (claimed.job.id, claimed.lease_id, JobStatus.COMPLETED, b"answer")
-    first = await store.record_result(*args)
-    again = await store.record_result(*args)
+    report = ResultReport(JobStatus.COMPLETED, b"answer")
+    first = await store.record_result(claimed.job.id, claimed.lease_id, report)
+    again = await store.record_result(claimed.job.id, claimed.lease_id, report)
     assert (first.applied, again.applied) == (True, False)
     assert again.job == first.job
 
