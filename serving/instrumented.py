@@ -130,6 +130,9 @@ class InstrumentedStore(Store):
     ) -> list[JobEvent]:
         return await self._call("events", self.inner.events(after, count, block))
 
+    async def newest_event_id(self) -> str:
+        return await self._call("newest_event_id", self.inner.newest_event_id())
+
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
         return await self._call("queue_depths", self.inner.queue_depths())
 

@@ -565,6 +565,10 @@ class LocalStore(Store):
             except TimeoutError:
                 return []
 
+    async def newest_event_id(self) -> str:
+        self._check_open()
+        return self._events[-1].id if self._events else "0"
+
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
         self._check_open()
         return {key: len(queue) for key, queue in self._queues.items()}

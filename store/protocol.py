@@ -191,6 +191,12 @@ class Store(Protocol):
         With `block`, waits up to that long for the first new event.
         """
 
+    async def newest_event_id(self) -> str:
+        """The position of the newest audit event ("0" when there is none). O(1).
+
+        Passed as `after` to `events`, it reads only events appended later.
+        """
+
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
         """Claimable jobs per (model, priority). O(models x priorities)."""
 

@@ -461,6 +461,12 @@ class RedisStore(Store):
             for entry_id, fields in entries
         ]
 
+    async def newest_event_id(self) -> str:
+        self._check_open()
+        with _translated("newest_event_id"):
+            newest: Any = await self._client.xrevrange(self.keys.events, count=1)
+        return _text(newest[0][0]) if newest else "0"
+
     # Gauges ----------------------------------------------------------------------
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
         self._check_open()
