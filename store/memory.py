@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from ulid import ULID
 
 from store.errors import (
+    FailureHook,
     IdempotencyKeyReused,
     InvalidRequest,
     JobCancelled,
@@ -33,6 +34,8 @@ from store.errors import (
     QueueFull,
     QuotaExceeded,
     StoreUnavailable,
+    ignore_failure,
+    reporting,
 )
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
@@ -318,6 +321,7 @@ class LocalStore(Store):
 
     def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        self.on_failure: FailureHook = ignore_failure
         self._clock = clock
         self._closed = False
         self._jobs: dict[str, _Record] = {}
@@ -354,12 +358,12 @@ class LocalStore(Store):
         self._wake()
 
     async def ping(self) -> None:
-        self._check_open()
+        self._check_open("ping")
 
     # -- tenant-facing -------------------------------------------------------
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        self._check_open()
+        self._check_open("submit")
         now = self._clock()
         key = request.idempotency_key
         # Only a keyed request is ever compared, so only it pays for the digest.
@@ -384,24 +388,20 @@ class LocalStore(Store):
         return SubmitResult(self._snapshot(record), reused=False)
 
     async def get(self, tenant: str, job_id: str) -> Job:
-        self._check_open()
+        self._check_open("get")
         return self._snapshot(self._visible_record(tenant, job_id))
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
-        self._check_open()
+        self._check_open("payload")
         return self._visible_record(tenant, job_id).payload
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
-        self._check_open()
+        self._check_open("list_children")
         record = self._visible_record(tenant, job_id)
         return [self._snapshot(self._jobs[child]) for child in record.children]
 
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        self._check_open()
-        return self._position(self._visible_record(tenant, job_id))
-
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        self._check_open()
+        self._check_open("cancel")
         now = self._clock()
         record = self._visible_record(tenant, job_id)
         if record.status in TERMINAL_STATUSES:
@@ -414,7 +414,7 @@ class LocalStore(Store):
         return CancelResult(self._snapshot(record), cancelled=True)
 
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
-        self._check_open()
+        self._check_open("watch")
         self._visible_record(tenant, job_id)
         last: tuple[object, ...] | None = None
         while True:
@@ -440,7 +440,7 @@ class LocalStore(Store):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
     ) -> list[ClaimedJob]:
-        self._check_open()
+        self._check_open("claim")
         deadline = time.monotonic() + wait.total_seconds()
         wanted = claim_models(models)
         if not wanted:
@@ -469,7 +469,7 @@ class LocalStore(Store):
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
-        self._check_open()
+        self._check_open("heartbeat")
         now = self._clock()
         record = self._leased(job_id, lease_id)
         if record.status is JobStatus.CANCELLED and record.cancel_requested:
@@ -489,7 +489,7 @@ class LocalStore(Store):
     async def record_result(
         self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        self._check_open()
+        self._check_open("set_result")
         if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         now = self._clock()
@@ -520,7 +520,7 @@ class LocalStore(Store):
     # -- operations ----------------------------------------------------------
 
     async def recover(self) -> list[JobEvent]:
-        self._check_open()
+        self._check_open("recover")
         now = self._clock()
         self._captured = []
         try:
@@ -537,7 +537,7 @@ class LocalStore(Store):
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
-        self._check_open()
+        self._check_open("acquire_leadership")
         now = self._clock()
         if self._leader is not None and self._leader[0] != holder and self._leader[1] > now:
             return False
@@ -550,7 +550,7 @@ class LocalStore(Store):
         count: int = 100,
         block: timedelta | None = None,
     ) -> list[JobEvent]:
-        self._check_open()
+        self._check_open("events")
         start = _event_number(after)
         deadline = time.monotonic() + (block.total_seconds() if block else 0.0)
         while True:
@@ -566,15 +566,15 @@ class LocalStore(Store):
                 return []
 
     async def newest_event_id(self) -> str:
-        self._check_open()
+        self._check_open("newest_event_id")
         return self._events[-1].id if self._events else "0"
 
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        self._check_open()
+        self._check_open("queue_depths")
         return {key: len(queue) for key, queue in self._queues.items()}
 
     async def in_flight(self) -> dict[str, int]:
-        self._check_open()
+        self._check_open("in_flight")
         return dict(self._in_flight)
 
     # -- submit --------------------------------------------------------------
@@ -1039,9 +1039,18 @@ class LocalStore(Store):
 
     # -- plumbing ------------------------------------------------------------
 
-    def _check_open(self) -> None:
+    def _check_open(self, operation: str) -> None:
+        """Every public method starts here, naming its operation.
+
+        A closed store is the one failure LocalStore has; it is reported to
+        `on_failure` (store error metrics) before it is raised.
+        """
+        with reporting(self.on_failure, operation):
+            self._refuse_if_closed(operation)
+
+    def _refuse_if_closed(self, operation: str) -> None:
         if self._closed:
-            raise StoreUnavailable("the store is closed")
+            raise StoreUnavailable(f"{operation}: the store is closed")
 
     def _wake(self) -> None:
         """Wake watchers and event readers; claimers too when jobs became claimable."""

@@ -55,7 +55,8 @@ Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
 * Audit: every status transition appends a `JobEvent` in the same atomic step;
   the stream is capped near `events_max_length`.
 * Failures of the backing store raise `StoreUnavailable`, never an empty
-  answer.
+  answer, and are reported to `on_failure` under the method's name
+  (`record_result` as "set_result").
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
+from store.errors import FailureHook
 from store.model import (
     CancelResult,
     ClaimedJob,
@@ -84,6 +86,10 @@ class Store(Protocol):
     """Durable job state. Every method is one atomic transition or a read."""
 
     settings: StoreSettings
+    # Called with the operation's name ("get", "set_result", "watch"...) each
+    # time the backend fails (`store.errors.is_failure`): the servers set it
+    # to count jobgate_store_errors_total. Defaults to ignoring.
+    on_failure: FailureHook
 
     async def open(self) -> None:
         """Connect and check the backend (RedisStore refuses an evicting policy)."""
@@ -101,13 +107,15 @@ class Store(Protocol):
         """The job's snapshot, with queue_position while QUEUED and a group's children."""
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
-        """The job's input bytes (kept apart from the record)."""
+        """The job's input bytes (kept apart from the record).
+
+        No production caller (claim hands the payload to the worker): the
+        contract suite needs it to show the payload is stored byte for byte
+        and expires with its job, which no other read shows.
+        """
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
         """A group's children in index order (empty for other kinds)."""
-
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        """Jobs the same workers claim before this one; None unless QUEUED. O(log N)."""
 
     async def claim(
         self,

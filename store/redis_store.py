@@ -33,7 +33,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
 from store.codes import error_for
-from store.errors import InvalidRequest, QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
+from store.errors import (
+    FailureHook,
+    InvalidRequest,
+    QueueFull,
+    StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+    ignore_failure,
+    reporting,
+)
 from store.keys import Keys
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
@@ -121,6 +130,7 @@ class RedisStore(Store):
 
     def __init__(self, url: str, settings: StoreSettings, partition: str = "default") -> None:
         self.settings = settings
+        self.on_failure: FailureHook = ignore_failure
         self.url = url
         self.keys = Keys(partition)
         self._scripts = Scripts()
@@ -147,11 +157,12 @@ class RedisStore(Store):
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
-        with _translated("open"):
-            await self._client.ping()
-            await self._check_config()
-            await self._scripts.load_all(self._client)
-        await self._notifier.start()
+        with reporting(self.on_failure, "open"):
+            with _translated("open"):
+                await self._client.ping()
+                await self._check_config()
+                await self._scripts.load_all(self._client)
+            await self._notifier.start()
 
     async def _check_config(self) -> None:
         try:
@@ -179,8 +190,7 @@ class RedisStore(Store):
                 await client.aclose()
 
     async def ping(self) -> None:
-        self._check_open()
-        with _translated("ping"):
+        with self._operation("ping"):
             await self._client.ping()
 
     # Plumbing ------------------------------------------------------------------
@@ -188,10 +198,28 @@ class RedisStore(Store):
         if self._closed:
             raise StoreUnavailable("the store is closed")
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
-        self._check_open()
-        with _translated(name):
-            return await self._scripts.run(self._client, name, keys, args)
+    @contextlib.contextmanager
+    def _operation(self, operation: str) -> Iterator[None]:
+        """Every Redis call runs inside, named by its Store method.
+
+        A closed store and every redis error become StoreErrors, and the
+        failures among them are reported to `on_failure` (store error metrics).
+        """
+        with reporting(self.on_failure, operation):
+            self._check_open()
+            with _translated(operation):
+                yield
+
+    async def _run(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        operation: str | None = None,
+    ) -> Any:
+        """Run a script; `operation` (default: the script's name) names the call."""
+        with self._operation(operation or script):
+            return await self._scripts.run(self._client, script, keys, args)
 
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
@@ -201,9 +229,18 @@ class RedisStore(Store):
             to_ms(self.settings.result_ttl),
         ]
 
-    async def _transition(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+    async def _transition(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        operation: str | None = None,
+    ) -> Any:
         return await self._run(
-            name, [*self.keys.transition_keys(), *keys], [*self._common_args(), *args]
+            script,
+            [*self.keys.transition_keys(), *keys],
+            [*self._common_args(), *args],
+            operation,
         )
 
     # Submit --------------------------------------------------------------------
@@ -276,7 +313,12 @@ class RedisStore(Store):
 
     # Reads ---------------------------------------------------------------------
     async def get(self, tenant: str, job_id: str) -> Job:
-        reply = await self._run("get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant])
+        return await self._get(tenant, job_id, "get")
+
+    async def _get(self, tenant: str, job_id: str, operation: str) -> Job:
+        reply = await self._run(
+            "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
+        )
         _check_code(reply, job_id)
         return job_from_snapshot(reply[1])
 
@@ -292,13 +334,11 @@ class RedisStore(Store):
             "children",
             [self.keys.job(job_id), self.keys.children(job_id)],
             [self.keys.prefix, tenant],
+            "list_children",
         )
         _check_code(reply, job_id)
         jobs = [job_from_snapshot(snap) for snap in reply[1]]
         return sorted(jobs, key=lambda job: job.child_index)
-
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        return (await self.get(tenant, job_id)).queue_position
 
     # Claim ---------------------------------------------------------------------
     async def claim(
@@ -321,7 +361,8 @@ class RedisStore(Store):
                 remaining = deadline - loop.time()
                 if claimed or remaining <= 0 or self._closed:
                     return claimed
-                await listener.wait(min(remaining, SAFETY_RECHECK))
+                with reporting(self.on_failure, "claim"):
+                    await listener.wait(min(remaining, SAFETY_RECHECK))
                 if self._closed:
                     return []
 
@@ -398,7 +439,9 @@ class RedisStore(Store):
             ("recover_queue_timeouts", []),
         ):
             while True:
-                handled, emitted = await self._transition(name, [], [RECOVER_BATCH, *extra])
+                handled, emitted = await self._transition(
+                    name, [], [RECOVER_BATCH, *extra], "recover"
+                )
                 events.extend(event_from_emitted(entry) for entry in emitted)
                 if handled < RECOVER_BATCH:
                     break
@@ -411,7 +454,7 @@ class RedisStore(Store):
     # Watch and events ------------------------------------------------------------
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         with self._notifier.listen([f"j {job_id}"]) as listener:
-            job = await self.get(tenant, job_id)
+            job = await self._get(tenant, job_id, "watch")
             seen: tuple[object, ...] | None = None
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
@@ -422,17 +465,18 @@ class RedisStore(Store):
                     new_r = listener.add(f"r {job.model}")
                     if new_q or new_r:
                         listener.clear()
-                        job = await self.get(tenant, job_id)
+                        job = await self._get(tenant, job_id, "watch")
                 if watch_view(job) != seen:
                     seen = watch_view(job)
                     yield job
                 if job.terminal or self._closed:
                     return
-                await listener.wait(SAFETY_RECHECK)
+                with reporting(self.on_failure, "watch"):
+                    await listener.wait(SAFETY_RECHECK)
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
-                job = await self.get(tenant, job_id)
+                job = await self._get(tenant, job_id, "watch")
 
     async def events(
         self,
@@ -440,11 +484,10 @@ class RedisStore(Store):
         count: int = 100,
         block: timedelta | None = None,
     ) -> list[JobEvent]:
-        self._check_open()
         if not _STREAM_ID.fullmatch(after):
             raise InvalidRequest("after", f"not an event id: {after!r}")
         streams: dict[Any, Any] = {self.keys.events: after}
-        with _translated("events"):
+        with self._operation("events"):
             if block is None:
                 reply: Any = await self._client.xread(streams, count=count)
             else:
@@ -462,15 +505,13 @@ class RedisStore(Store):
         ]
 
     async def newest_event_id(self) -> str:
-        self._check_open()
-        with _translated("newest_event_id"):
+        with self._operation("newest_event_id"):
             newest: Any = await self._client.xrevrange(self.keys.events, count=1)
         return _text(newest[0][0]) if newest else "0"
 
     # Gauges ----------------------------------------------------------------------
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        self._check_open()
-        with _translated("queue_depths"):
+        with self._operation("queue_depths"):
             members: Any = await self._client.smembers(self.keys.models)
             models = sorted(m.decode() for m in members)
             pairs = [(m, p) for m in models for p in PRIORITIES_IN_CLAIM_ORDER]
@@ -481,8 +522,7 @@ class RedisStore(Store):
         return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
 
     async def in_flight(self) -> dict[str, int]:
-        self._check_open()
-        with _translated("in_flight"):
+        with self._operation("in_flight"):
             models: Any = await self._client.smembers(self.keys.models)
             counts: Any = await self._client.hgetall(self.keys.in_flight)
         flat = record([item for pair in counts.items() for item in pair])

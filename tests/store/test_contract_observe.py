@@ -26,7 +26,6 @@ from tests.store.conftest import (
 
 async def test_queue_position_counts_jobs_claimed_before(store: Store) -> None:
     jobs = [await submit_one(store) for _ in range(3)]
-    assert [await store.queue_position(TENANT, job.id) for job in jobs] == [0, 1, 2]
     assert [(await store.get(TENANT, job.id)).queue_position for job in jobs] == [0, 1, 2]
 
 
@@ -35,27 +34,27 @@ async def test_queue_position_counts_higher_priorities_first(store: Store) -> No
     await submit_one(store, priority=Priority.SYSTEM)
     await submit_one(store, priority=Priority.INTERACTIVE)
     interactive = await submit_one(store, priority=Priority.INTERACTIVE)
-    assert await store.queue_position(TENANT, batch.id) == 3
-    assert await store.queue_position(TENANT, interactive.id) == 1
+    assert (await store.get(TENANT, batch.id)).queue_position == 3
+    assert (await store.get(TENANT, interactive.id)).queue_position == 1
 
 
 async def test_queue_position_ignores_other_models(store: Store) -> None:
     await submit_one(store, model="other")
     job = await submit_one(store)
-    assert await store.queue_position(TENANT, job.id) == 0
+    assert (await store.get(TENANT, job.id)).queue_position == 0
 
 
 async def test_queue_position_moves_up_as_jobs_are_claimed(store: Store) -> None:
     await submit_one(store)
     job = await submit_one(store)
     await claim_one(store)
-    assert await store.queue_position(TENANT, job.id) == 0
+    assert (await store.get(TENANT, job.id)).queue_position == 0
 
 
 async def test_queue_position_is_none_unless_queued(store: Store) -> None:
     job = await submit_one(store)
     await claim_one(store)
-    assert await store.queue_position(TENANT, job.id) is None
+    assert (await store.get(TENANT, job.id)).queue_position is None
     assert (await store.get(TENANT, job.id)).queue_position is None
 
 
