@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from ulid import ULID
 
+from store import policy
 from store.errors import (
     FailureHook,
     IdempotencyKeyReused,
@@ -62,20 +63,6 @@ from store.model import (
     StoreSettings,
     SubmitRequest,
     SubmitResult,
-)
-from store.policy import (
-    GROUP_CANCELLED_MESSAGE,
-    LEASE_EXPIRED_MESSAGE,
-    QUEUE_TIMEOUT_MESSAGE,
-    RUN_TIMEOUT_MESSAGE,
-    child_key,
-    claim_limit,
-    claim_models,
-    exhausted_message,
-    group_outcome,
-    limits,
-    retry_delay,
-    watch_view,
 )
 from store.protocol import Store
 
@@ -423,7 +410,7 @@ class LocalStore(Store):
             if record is None:
                 return
             job = self._snapshot(record)
-            view = watch_view(job)
+            view = policy.watch_view(job)
             if view != last:
                 last = view
                 yield job
@@ -442,12 +429,12 @@ class LocalStore(Store):
     ) -> list[ClaimedJob]:
         self._check_open("claim")
         deadline = time.monotonic() + wait.total_seconds()
-        wanted = claim_models(models)
+        wanted = policy.claim_models(models)
         if not wanted:
             return []
         while True:
             claimable = self._claimable
-            claimed = self._claim_now(worker_id, wanted, claim_limit(max_jobs))
+            claimed = self._claim_now(worker_id, wanted, policy.claim_limit(max_jobs))
             if claimed or self._closed:
                 return claimed
             remaining = deadline - time.monotonic()
@@ -618,8 +605,8 @@ class LocalStore(Store):
         """A single job (QUEUED) or a group's child (HELD), counted as live."""
         key = request.idempotency_key
         if parent is not None:
-            key = child_key(key, index)
-        effective = limits(spec, self.settings)
+            key = policy.child_key(key, index)
+        effective = policy.limits(spec, self.settings)
         record = _Record(
             id=str(ULID()),
             tenant=request.tenant,
@@ -828,19 +815,22 @@ class LocalStore(Store):
         if parent is not None and parent.status is JobStatus.CANCELLED:
             # a running child may finish its attempt after its group was
             # cancelled, but a retry would queue work for a cancelled group
-            record.error_code, record.error_message = ERROR_CANCELLED, GROUP_CANCELLED_MESSAGE
+            record.error_code = ERROR_CANCELLED
+            record.error_message = policy.GROUP_CANCELLED_MESSAGE
             self._end(record, JobStatus.CANCELLED, now)
             return
         if record.attempts >= record.max_attempts:
             record.error_code = ERROR_ATTEMPTS_EXHAUSTED
-            record.error_message = exhausted_message(error_code, error_message)
+            record.error_message = policy.exhausted_message(error_code, error_message)
             self._end(record, JobStatus.FAILED, now)
             return
         record.error_code, record.error_message = error_code, error_message
         self._transition(record, JobStatus.QUEUED, now)
         self._start_queue_clock(record, now)
         if backoff:
-            record.ready_at = now + retry_delay(record.attempts, self.settings).total_seconds()
+            record.ready_at = (
+                now + policy.retry_delay(record.attempts, self.settings).total_seconds()
+            )
             self._push(self._retries, record.ready_at, record)
         else:
             self._queue_of(record).restore(record.id)
@@ -895,7 +885,9 @@ class LocalStore(Store):
             self._finish_group(parent, now)
 
     def _finish_group(self, parent: _Record, now: float) -> None:
-        final, parent.error_message = group_outcome(len(parent.children), parent.completed_children)
+        final, parent.error_message = policy.group_outcome(
+            len(parent.children), parent.completed_children
+        )
         self._transition(parent, final, now)
         parent.end_time = now
         self._maybe_expire_group(parent, now)
@@ -921,12 +913,12 @@ class LocalStore(Store):
 
     def _recover_run_timeouts(self, now: float) -> None:
         for record in self._runs.due(now, self._jobs):
-            message = RUN_TIMEOUT_MESSAGE.format(attempts=record.attempts)
+            message = policy.RUN_TIMEOUT_MESSAGE.format(attempts=record.attempts)
             self._retry_or_exhaust(record, ERROR_RUN_TIMEOUT, message, now, backoff=True)
 
     def _recover_leases(self, now: float) -> None:
         for record in self._leases.due(now, self._jobs):
-            message = LEASE_EXPIRED_MESSAGE.format(attempts=record.attempts)
+            message = policy.LEASE_EXPIRED_MESSAGE.format(attempts=record.attempts)
             self._retry_or_exhaust(record, ERROR_LEASE_EXPIRED, message, now, backoff=False)
 
     def _recover_retries(self, now: float) -> bool:
@@ -941,7 +933,7 @@ class LocalStore(Store):
     def _recover_queue_timeouts(self, now: float) -> None:
         for record in self._queue_waits.due(now, self._jobs):
             record.error_code = ERROR_QUEUE_TIMEOUT
-            record.error_message = QUEUE_TIMEOUT_MESSAGE
+            record.error_message = policy.QUEUE_TIMEOUT_MESSAGE
             self._end(record, JobStatus.FAILED, now)
 
     def _recover_expiries(self, now: float) -> None:
