@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
@@ -75,6 +76,17 @@ SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
 MAX_CLAIM = 64
+# Connections of the pool every RPC uses. It is a blocking pool: a burst of
+# calls waits (up to SOCKET_TIMEOUT) for a connection instead of failing
+# with "Too many connections".
+POOL_CONNECTIONS = 64
+# Re-reads by woken streams and long polls share this many of those
+# connections, so 2,000 streams woken at once queue here (never failing)
+# and leave the rest of the pool to RPCs.
+WAITER_READS = 16
+# Leadership, recovery and the health ping run on a pool of their own,
+# which no stream, long poll or burst of RPCs can exhaust.
+CONTROL_CONNECTIONS = 2
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -123,7 +135,9 @@ class RedisStore(Store):
         self.url = url
         self.keys = Keys(partition)
         self._scripts = Scripts()
-        self._client = self._new_client(SOCKET_TIMEOUT)
+        self._client = self._new_client(SOCKET_TIMEOUT, connections=POOL_CONNECTIONS)
+        self._control = self._new_client(SOCKET_TIMEOUT, connections=CONTROL_CONNECTIONS)
+        self._waiter_reads = asyncio.Semaphore(WAITER_READS)
         # XREAD BLOCK waits longer than SOCKET_TIMEOUT: its own connection,
         # bounded by asyncio.wait_for instead.
         self._blocking = self._new_client(None)
@@ -133,16 +147,21 @@ class RedisStore(Store):
         self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
         self._closed = False
 
-    def _new_client(self, socket_timeout: float | None, retries: int = 1) -> Redis:
+    def _new_client(
+        self, socket_timeout: float | None, retries: int = 1, connections: int = 8
+    ) -> Redis:
         # One retry on a broken connection: a pooled connection may be stale
         # after a Redis restart. Timeouts are never retried (the script may
         # have run).
-        return Redis.from_url(
+        pool = BlockingConnectionPool.from_url(
             self.url,
+            max_connections=connections,
+            timeout=SOCKET_TIMEOUT,
             socket_timeout=socket_timeout,
             socket_connect_timeout=CONNECT_TIMEOUT,
             retry=Retry(NoBackoff(), retries, supported_errors=(RedisConnectionError,)),
         )
+        return Redis.from_pool(pool)
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
@@ -173,24 +192,30 @@ class RedisStore(Store):
     async def close(self) -> None:
         self._closed = True
         await self._notifier.close()
-        for client in (self._client, self._blocking, self._pubsub):
+        for client in (self._client, self._control, self._blocking, self._pubsub):
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
 
     async def ping(self) -> None:
         self._check_open()
         with _translated("ping"):
-            await self._client.ping()
+            await self._control.ping()
 
     # Plumbing ------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailable("the store is closed")
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+    async def _run(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        client: Redis | None = None,
+    ) -> Any:
         self._check_open()
         with _translated(name):
-            return await self._scripts.run(self._client, name, keys, args)
+            return await self._scripts.run(client or self._client, name, keys, args)
 
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
@@ -200,9 +225,15 @@ class RedisStore(Store):
             to_ms(self.settings.result_ttl),
         ]
 
-    async def _transition(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+    async def _transition(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        client: Redis | None = None,
+    ) -> Any:
         return await self._run(
-            name, [*self.keys.transition_keys(), *keys], [*self._common_args(), *args]
+            name, [*self.keys.transition_keys(), *keys], [*self._common_args(), *args], client
         )
 
     # Submit --------------------------------------------------------------------
@@ -314,15 +345,18 @@ class RedisStore(Store):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.total_seconds()
         with self._notifier.listen(f"r {model}" for model in models) as listener:
+            listener.clear()
+            claimed = await self._claim_once(worker_id, models, max_jobs)
             while True:
-                listener.clear()  # before the read: a wake-up after it is kept
-                claimed = await self._claim_once(worker_id, models, max_jobs)
                 remaining = deadline - loop.time()
                 if claimed or remaining <= 0 or self._closed:
                     return claimed
-                await listener.wait(min(remaining, SAFETY_RECHECK))
+                await listener.wait(min(remaining, _recheck()))
                 if self._closed:
                     return []
+                async with self._waiter_reads:
+                    listener.clear()  # before the read: a wake-up after it is kept
+                    claimed = await self._claim_once(worker_id, models, max_jobs)
 
     def waiting_claims(self, model: str) -> int:
         """Claims on this RedisStore blocked waiting for `model` (tests, debugging)."""
@@ -405,20 +439,24 @@ class RedisStore(Store):
             ("recover_queue_timeouts", []),
         ):
             while True:
-                handled, emitted = await self._transition(name, [], [RECOVER_BATCH, *extra])
+                handled, emitted = await self._transition(
+                    name, [], [RECOVER_BATCH, *extra], self._control
+                )
                 events.extend(event_from_emitted(entry) for entry in emitted)
                 if handled < RECOVER_BATCH:
                     break
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
-        reply = await self._run("acquire_leadership", [self.keys.leader], [holder, to_ms(ttl)])
+        reply = await self._run(
+            "acquire_leadership", [self.keys.leader], [holder, to_ms(ttl)], self._control
+        )
         return bool(reply)
 
     # Watch and events ------------------------------------------------------------
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         with self._notifier.listen([f"j {job_id}"]) as listener:
-            job = await self.get(tenant, job_id)
+            job = await self._waiter_get(tenant, job_id)
             seen: tuple[object, ...] | None = None
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
@@ -429,17 +467,22 @@ class RedisStore(Store):
                     new_r = listener.add(f"r {job.model}")
                     if new_q or new_r:
                         listener.clear()
-                        job = await self.get(tenant, job_id)
+                        job = await self._waiter_get(tenant, job_id)
                 if _watch_key(job) != seen:
                     seen = _watch_key(job)
                     yield job
                 if job.terminal or self._closed:
                     return
-                await listener.wait(SAFETY_RECHECK)
+                await listener.wait(_recheck())
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
-                job = await self.get(tenant, job_id)
+                job = await self._waiter_get(tenant, job_id)
+
+    async def _waiter_get(self, tenant: str, job_id: str) -> Job:
+        """A stream's read: queued behind other streams, never failing for want of a connection."""
+        async with self._waiter_reads:
+            return await self.get(tenant, job_id)
 
     async def events(
         self,
@@ -490,6 +533,11 @@ class RedisStore(Store):
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
+
+
+def _recheck() -> float:
+    """The safety re-check delay, jittered so streams opened together do not re-read together."""
+    return SAFETY_RECHECK * random.uniform(0.8, 1.2)
 
 
 def _watch_key(job: Job) -> tuple[object, ...]:
