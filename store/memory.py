@@ -452,23 +452,27 @@ class LocalStore(Store):
         self._check_open()
         self._visible_record(tenant, job_id)
         last: tuple[object, ...] | None = None
-        woken = asyncio.Event()
-        with self._waiters.listen(woken, [f"j {job_id}"]) as topics:
+        woken, moved = asyncio.Event(), asyncio.Event()
+        with (
+            self._waiters.listen(woken, [f"j {job_id}"]),
+            self._waiters.listen(moved, []) as topics,
+        ):
             while True:
                 woken.clear()  # before the read: a change after it is kept
+                moved.clear()
                 record = self._fresh(job_id, self._clock())
                 if record is None:
                     return
                 job = self._snapshot(record)
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
-                    self._waiters.add(woken, f"q {job.model}", topics)  # positions move
+                    self._waiters.add(moved, f"q {job.model}", topics)  # positions move
                 view = _watch_view(job)
                 if view != last:
                     last = view
                     yield job
                 if job.terminal or self._closed:
                     return
-                await woken.wait()
+                await _settled(woken, moved)
 
     # -- worker-facing -------------------------------------------------------
 
@@ -1115,6 +1119,27 @@ class LocalStore(Store):
         for model in self._claimable_models:
             topics.update((f"r {model}", f"q {model}"))
         return topics
+
+
+# A watch woken only because its queue moved re-reads at most this often.
+POSITION_SETTLE = 0.5
+
+
+async def _settled(own: asyncio.Event, moved: asyncio.Event) -> None:
+    """Return at once on an own change; after a queue move, within POSITION_SETTLE.
+
+    A queue that moves many times a second (a burst of claims or cancels)
+    then costs each watcher of it one re-read per POSITION_SETTLE, not one per move.
+    """
+    own_wait = asyncio.ensure_future(own.wait())
+    moved_wait = asyncio.ensure_future(moved.wait())
+    try:
+        await asyncio.wait({own_wait, moved_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if not own.is_set():
+            await asyncio.wait({own_wait}, timeout=POSITION_SETTLE)
+    finally:
+        own_wait.cancel()
+        moved_wait.cancel()
 
 
 def _watch_view(job: Job) -> tuple[object, ...]:

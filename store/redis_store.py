@@ -76,6 +76,8 @@ SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
 MAX_CLAIM = 64
+# A watch woken only because its queue moved re-reads at most this often.
+POSITION_SETTLE = 0.5
 # Connections of the pool every RPC uses. It is a blocking pool: a burst of
 # calls waits (up to SOCKET_TIMEOUT) for a connection instead of failing
 # with "Too many connections".
@@ -474,6 +476,7 @@ class RedisStore(Store):
                 if job.terminal or self._closed:
                     return
                 await listener.wait(_recheck())
+                await listener.settle(POSITION_SETTLE)
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
