@@ -12,7 +12,7 @@ import hashlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, cast
 
@@ -26,7 +26,7 @@ from store import (
     StoreSettings,
     StoreUnavailable,
 )
-from store.model import GroupSpec, JobSpec, JobStatus, SubmitRequest
+from store.model import GroupSpec, Job, JobSpec, JobStatus, SubmitRequest
 from store.redis_scripts import Script
 from store.redis_store import POOL_CONNECTIONS, RedisStore
 from tests.helpers import assert_eventually
@@ -428,7 +428,7 @@ async def test_leadership_recovery_and_ping_answer_while_the_rpc_pool_is_exhaust
     await store.submit(request())
     await store.claim("w1", [MODEL])
     pool = store._client.connection_pool
-    held = [await pool.get_connection() for _ in range(pool.max_connections)]
+    held = [await pool.get_connection() for _ in range(pool.max_connections)]  # type: ignore[no-untyped-call]
     try:
         with pytest.raises(StoreUnavailable):
             await store.get(TENANT, "01ARZ3NDEKTSV4RRFFQ69G5FAV")  # the RPC pool is exhausted
@@ -467,7 +467,7 @@ async def test_streams_and_long_polls_woken_together_never_exhaust_the_pool(
     for task in claims:
         task.cancel()
     for watch in watches:
-        await watch.aclose()
+        await cast(AsyncGenerator[Job, None], watch).aclose()
 
 
 # -- TTL -------------------------------------------
