@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from store import StoreSettings, StoreUnavailable
 from store.memory import LocalStore, _OrderedQueue, _Record
-from store.model import JobSpec, JobStatus, SubmitRequest
+from store.model import ClaimedJob, JobSpec, JobStatus, ResultReport, SubmitRequest
 from tests.store.conftest import MODEL, TENANT, claim_is_waiting
 
 # -- the ordered queue against a plain sorted list ------------------------------------
@@ -185,3 +185,47 @@ async def test_stale_deadlines_are_swept_so_memory_follows_live_jobs() -> None:
     assert len(store._runs) <= 2 * 1 + 1024
     assert len(store._leases) <= 2 * 1 + 1024
     assert len(store._queue_waits) <= 2 * 1 + 1024
+
+
+# -- wake-ups are routed ---------------------------------------------------------------------
+
+
+async def test_changes_to_another_models_jobs_wake_no_watch_and_no_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = LocalStore(StoreSettings())
+    jobs = [(await store.submit(SubmitRequest(TENANT, JobSpec(MODEL)))).job for _ in range(50)]
+    watches = [store.watch(TENANT, job.id) for job in jobs]
+    for watch in watches:
+        await anext(watch)
+    pending = [asyncio.ensure_future(anext(watch)) for watch in watches]
+    claims = [
+        asyncio.ensure_future(store.claim(f"w{i}", ["idle"], wait=timedelta(seconds=30)))
+        for i in range(20)
+    ]
+    await claim_is_waiting(store, "idle")
+    watched = {job.id for job in jobs}
+    reads: list[object] = []  # watched jobs re-read, model lists a claim looked at
+    fresh, claim_now = store._fresh, store._claim_now
+
+    def counting_fresh(job_id: str, now: float) -> _Record | None:
+        if job_id in watched:
+            reads.append(job_id)
+        return fresh(job_id, now)
+
+    def counting_claim(worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+        reads.append(models)
+        return claim_now(worker_id, models, max_jobs)
+
+    monkeypatch.setattr(store, "_fresh", counting_fresh)
+    monkeypatch.setattr(store, "_claim_now", counting_claim)
+    for _ in range(10):
+        await store.submit(SubmitRequest(TENANT, JobSpec("other")))
+        claimed = await store.claim("busy", ["other"])
+        report = ResultReport(JobStatus.COMPLETED)
+        await store.record_result(claimed[0].job.id, claimed[0].lease_id, report)
+    for _ in range(20):
+        await asyncio.sleep(0)  # let any wrongly woken waiter run
+    assert reads == [["other"]] * 10  # the test's own claims, nothing else
+    for task in [*pending, *claims]:
+        task.cancel()
