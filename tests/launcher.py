@@ -162,14 +162,10 @@ class JobgateServer:
         """
         if self.announcement is None:
             raise RuntimeError(f"{self.name} never announced its addresses")
-        names = {"job": "listen", "metrics": "metrics-listen"}
-        if self.command == "serve":
-            names["worker"] = "worker-listen"
-        else:
-            names["worker"] = "listen"
-        for listener, flag in names.items():
-            if listener in self.announcement.addresses:
-                self.settings[flag] = self.announcement.addresses[listener]
+        worker_flag = "worker-listen" if self.command == "serve" else "listen"
+        flags = {"job": "listen", "worker": worker_flag, "metrics": "metrics-listen"}
+        for listener, address in self.announcement.addresses.items():
+            self.settings[flags[listener]] = address
         self.start()
         self.wait_serving(timeout)
 
