@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from types import AsyncGeneratorType
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +14,8 @@ from hypothesis import strategies as st
 
 from store import StoreSettings, StoreUnavailable
 from store.memory import LocalStore, _OrderedQueue, _Record
-from store.model import ClaimedJob, JobSpec, JobStatus, ResultReport, SubmitRequest
+from store.model import ClaimedJob, Job, JobSpec, JobStatus, ResultReport, SubmitRequest
+from tests.helpers import assert_eventually
 from tests.store.conftest import MODEL, TENANT, claim_is_waiting
 
 # -- the ordered queue against a plain sorted list ------------------------------------
@@ -133,13 +137,23 @@ async def test_close_wakes_a_waiting_claim_which_returns_empty() -> None:
     assert await asyncio.wait_for(waiting, timeout=2) == []
 
 
+async def watch_is_waiting(stream: AsyncIterator[Job]) -> None:
+    """Return once the watch generator is parked waiting for a change (not at its yield)."""
+    generator = cast(AsyncGeneratorType[Job, None], stream)
+
+    async def parked() -> bool:
+        return generator.ag_await is not None
+
+    await assert_eventually(parked, message="the watch is not waiting")
+
+
 async def test_close_ends_a_watch() -> None:
     store = LocalStore(StoreSettings())
     job = (await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))).job
     stream = store.watch(TENANT, job.id)
     await anext(stream)
     waiting = asyncio.ensure_future(anext(stream))
-    await asyncio.sleep(0.05)
+    await watch_is_waiting(stream)
     await store.close()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, timeout=2)
