@@ -83,6 +83,9 @@ class InstrumentedStore(Store):
     ) -> list[ClaimedJob]:
         return await self._call("claim", self.inner.claim(worker_id, models, max_jobs, wait))
 
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        return await self._call("release", self.inner.release(leases))
+
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
