@@ -168,3 +168,19 @@ async def test_claim_cancelled_while_its_script_runs_releases_its_leases(
     await assert_eventually(lambda: _is_queued_unclaimed(store, first.id))
     [again] = await store.claim("w1", ["llm-small"])
     assert again.job.id == first.id  # back at its original place, ahead of the second
+
+
+async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
+    make_proxied: MakeProxied,
+) -> None:
+    # a timed-out claim's request may still be on its way when its release runs
+    store = await make_proxied()
+    job = await submit_one(store)
+    op_key = store.keys.op("late")
+    keys = store.keys.transition_keys()
+    await store._execute("release", [*keys, op_key], store._common_args())
+    claim_args = ["w1", 30000, 1, 1, "lease-1"]
+    queues = store.keys.claim_queues(["llm-small"])
+    reply = await store._transition("claim", [*queues, op_key], claim_args)
+    assert reply == []
+    assert await _is_queued_unclaimed(store, job.id)
