@@ -17,7 +17,7 @@ import pytest
 from store import StoreSettings
 from store.errors import QueueFull, StoreUnavailable
 from store.model import JobStatus, SubmitRequest
-from store.redis_scripts import read_script
+from store.redis_scripts import ArgValue, read_script
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
 from tests.proxy import FaultProxy
@@ -179,7 +179,7 @@ async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
     op_key = store.keys.op("late")
     keys = store.keys.transition_keys()
     await store._execute("release", [*keys, op_key], store._common_args())
-    claim_args = ["w1", 30000, 1, 1, "lease-1"]
+    claim_args: list[ArgValue] = ["w1", 30000, 1, 1, "lease-1"]
     queues = store.keys.claim_queues(["llm-small"])
     reply = await store._transition("claim", [*queues, op_key], claim_args)
     assert reply == []
