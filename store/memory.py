@@ -506,6 +506,22 @@ class LocalStore(Store):
         """Claims blocked waiting for `model` (tests, debugging), as RedisStore's."""
         return self._waiters.count(f"r {model}")
 
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        self._check_open("release")
+        now = self._clock()
+        released = 0
+        for item in leases:
+            record = self._fresh(item.job.id, now)
+            if record is None or record.status is not JobStatus.PROCESSING:
+                continue
+            if record.lease_id != item.lease_id:
+                continue
+            self._release(record, now)
+            released += 1
+        if released:
+            self._wake()
+        return released
+
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
@@ -888,6 +904,20 @@ class LocalStore(Store):
         else:
             self._queue_of(record).restore(record.id)
             self._claimable_models.add(record.model)
+
+    def _release(self, record: _Record, now: float) -> None:
+        """PROCESSING -> QUEUED as if the claim never happened (release.lua's twin)."""
+        record.attempts -= 1
+        record.lease_id = ""  # a late heartbeat or set_result with it is LEASE_LOST
+        parent = self._jobs.get(record.parent_id)
+        if parent is not None and parent.status is JobStatus.CANCELLED:
+            record.error_code, record.error_message = ERROR_CANCELLED, "its group was cancelled"
+            self._end(record, JobStatus.CANCELLED, now)
+            return
+        self._transition(record, JobStatus.QUEUED, now)
+        self._start_queue_clock(record, now)
+        self._queue_of(record).restore(record.id)
+        self._claimable_pending = True
 
     def _cancel_job(self, record: _Record, reason: str, now: float) -> None:
         record.cancel_requested = record.status is JobStatus.PROCESSING

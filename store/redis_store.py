@@ -3,7 +3,10 @@
 Layout, scripts, wake-ups and durability are described in docs/redis-layout.md.
 Every hot-path call (submit, get, claim, heartbeat, set_result, cancel) is one
 EVALSHA round trip; a Redis failure of any kind is raised as StoreUnavailable,
-never read as an empty answer.
+never read as an empty answer. Each mutating call carries its own operation
+key, so redis-py's resend after a broken connection answers the first run's
+outcome instead of running the transition twice (docs/store-semantics.md,
+"Exactly once per call").
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -97,6 +100,12 @@ WAITER_READS = 16
 # Leadership, recovery and the health ping run on a pool of their own,
 # which no stream, long poll or burst of RPCs can exhaust.
 CONTROL_CONNECTIONS = 2
+# A claim whose caller is gone is undone in the background; these bound it.
+RELEASE_ATTEMPTS = 5
+RELEASE_RETRY_DELAY = 0.2
+# close() waits this long for such releases before dropping them (their
+# leases then expire after lease_timeout, as after a crash).
+RELEASE_GRACE = 2.0
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -157,13 +166,16 @@ class RedisStore(Store):
         self._pubsub = self._new_client(SOCKET_TIMEOUT, retries=0)
         self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
         self._closed = False
+        self._background: set[asyncio.Task[None]] = set()
 
     def _new_client(
         self, socket_timeout: float | None, retries: int = 1, connections: int = 8
     ) -> Redis:
         # One retry on a broken connection: a pooled connection may be stale
-        # after a Redis restart. Timeouts are never retried (the script may
-        # have run).
+        # after a Redis restart. The resend is safe for scripts: each call's
+        # operation key makes a second run answer the first run's outcome.
+        # Timeouts are never retried; a claim whose outcome is unknown is
+        # released (_undo_claim).
         pool = BlockingConnectionPool.from_url(
             self.url,
             max_connections=connections,
@@ -204,6 +216,8 @@ class RedisStore(Store):
     async def close(self) -> None:
         self._closed = True
         await self._notifier.close()
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
         for client in (self._client, self._control, self._blocking, self._pubsub):
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
@@ -244,6 +258,10 @@ class RedisStore(Store):
         with self._operation(operation or script):
             return await self._scripts.run(client or self._client, script, keys, args)
 
+    def _op_key(self) -> str:
+        """A fresh operation key: the last KEY of a transition that must run once per call."""
+        return self.keys.op(uuid.uuid4().hex)
+
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
         return [
@@ -274,6 +292,7 @@ class RedisStore(Store):
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+        keys.append(self._op_key())
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
@@ -408,8 +427,60 @@ class RedisStore(Store):
             len(models),
             *(uuid.uuid4().hex for _ in range(max_jobs)),
         ]
-        reply = await self._transition("claim", self.keys.claim_queues(models), args)
+        op_key = self._op_key()
+        call = asyncio.ensure_future(
+            self._transition("claim", [*self.keys.claim_queues(models), op_key], args)
+        )
+        try:
+            # shielded: a caller cancelled now must not drop leases the script made
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            self._in_background(self._undo_claim(op_key, call))
+            raise
+        except StoreUnavailable:
+            # a timeout, or the connection broke again: the script may have run
+            self._in_background(self._undo_claim(op_key, call))
+            raise
         return [claimed_from_reply(entry) for entry in reply]
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _undo_claim(self, op_key: str, call: asyncio.Future[Any]) -> None:
+        """Once the claim call settled, give back whatever it leased (nobody got it).
+
+        It runs even while the store closes (close() waits RELEASE_GRACE for it).
+        """
+        await asyncio.wait([call])
+        keys = [*self.keys.transition_keys(), op_key]
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                with reporting(self.on_failure, "release"), _translated("release"):
+                    released = await self._scripts.run(
+                        self._client, "release", keys, self._common_args()
+                    )
+            except StoreError as error:
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    await asyncio.sleep(RELEASE_RETRY_DELAY)
+                    continue
+                log.warning(
+                    "could not release an abandoned claim (%s); its leases expire after "
+                    "the lease timeout",
+                    error,
+                )
+                return
+            if released:
+                log.info("released %d lease(s) of a claim whose caller was gone", released)
+            return
+
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        if not leases:
+            return 0
+        args = [value for item in leases for value in (item.job.id, item.lease_id)]
+        reply = await self._transition("release", [], args)
+        return int(reply)
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
@@ -433,7 +504,7 @@ class RedisStore(Store):
         s = self.settings
         reply = await self._transition(
             "set_result",
-            [self.keys.job(job_id), self.keys.result(job_id)],
+            [self.keys.job(job_id), self.keys.result(job_id), self._op_key()],
             [
                 job_id,
                 lease_id,
@@ -451,7 +522,9 @@ class RedisStore(Store):
         return ResultRecorded(job_from_snapshot(reply[1]), applied=reply[2] == 1)
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        reply = await self._transition("cancel", [self.keys.job(job_id)], [job_id, tenant, reason])
+        reply = await self._transition(
+            "cancel", [self.keys.job(job_id), self._op_key()], [job_id, tenant, reason]
+        )
         _check_code(reply, job_id)
         return CancelResult(job=job_from_snapshot(reply[1]), cancelled=reply[0] == 1)
 
