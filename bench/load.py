@@ -4,8 +4,9 @@
 
 Queues N jobs of a model no worker serves and keeps one StreamStatus open on
 each; keeps M ClaimNext long-polls waiting on another idle model. Prints
-"ready" once every stream has its first snapshot and every poll has been
-sent, then holds the load until its stdin closes.
+"ready <n>" once every stream has its first snapshot and every poll has been
+sent (n: opening calls that came back CANCELLED and were retried), then
+holds the load until its stdin closes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from jobgate.v1 import (
 WATCHED_MODEL = "bench-watched"
 IDLE_MODEL = "bench-idle"
 STREAMS_PER_CHANNEL = 100  # under HTTP/2's usual 100 concurrent streams per connection
+WAVE = 250  # streams opened at once
+OPEN_ATTEMPTS = 5
+StreamCall = grpc.aio.UnaryStreamCall[
+    job_service_pb2.StreamStatusRequest, job_service_pb2.StreamStatusResponse
+]
 POLL_WAIT_SECONDS = 20
 
 
@@ -35,7 +41,24 @@ def channel(target: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
-async def open_streams(target: str, count: int) -> list[grpc.aio.UnaryStreamCall]:  # type: ignore[type-arg]
+async def _open(stub: job_service_pb2_grpc.JobServiceAsyncStub, job_id: str) -> StreamCall | None:
+    """A stream that has sent its first snapshot, or None when the call was cancelled."""
+    call: StreamCall = stub.StreamStatus(job_service_pb2.StreamStatusRequest(job_id=job_id))
+    try:
+        await call.read()
+    except grpc.aio.AioRpcError as error:
+        if error.code() is not grpc.StatusCode.CANCELLED:
+            raise
+        return None
+    return call
+
+
+async def open_streams(target: str, count: int) -> tuple[list[StreamCall], int]:
+    """`count` open streams, and how many opening calls came back CANCELLED first.
+
+    Opened in waves, each stream retried while its call comes back CANCELLED
+    (opening 2,000 at once, some do without reaching the handler).
+    """
     channels = [channel(target) for _ in range(-(-count // STREAMS_PER_CHANNEL))]
     stubs = [job_service_pb2_grpc.JobServiceStub(c) for c in channels]
     spec = job_pb2.JobSpec(model=WATCHED_MODEL, payload=b"watched")
@@ -47,14 +70,22 @@ async def open_streams(target: str, count: int) -> list[grpc.aio.UnaryStreamCall
 
     share = [min(STREAMS_PER_CHANNEL, count - i * STREAMS_PER_CHANNEL) for i in range(len(stubs))]
     await asyncio.gather(*(submitter(stub, jobs) for stub, jobs in zip(stubs, share, strict=True)))
-    calls = [
-        stubs[index // STREAMS_PER_CHANNEL].StreamStatus(
-            job_service_pb2.StreamStatusRequest(job_id=job_id)
-        )
-        for index, job_id in enumerate(ids)
-    ]
-    await asyncio.gather(*(call.read() for call in calls))  # the first snapshot: open
-    return calls
+    calls: list[StreamCall] = []
+    cancelled = 0
+    for first in range(0, count, WAVE):
+        wave = list(enumerate(ids[first : first + WAVE], start=first))
+        for _ in range(OPEN_ATTEMPTS):
+            opened = await asyncio.gather(
+                *(_open(stubs[index % len(stubs)], job_id) for index, job_id in wave)
+            )
+            calls.extend(call for call in opened if call is not None)
+            wave = [item for item, call in zip(wave, opened, strict=True) if call is None]
+            cancelled += len(wave)
+            if not wave:
+                break
+        if wave:
+            raise RuntimeError(f"{len(wave)} streams still cancelled after {OPEN_ATTEMPTS} tries")
+    return calls, cancelled
 
 
 async def poll_forever(stub: worker_service_pb2_grpc.WorkerServiceAsyncStub, index: int) -> None:
@@ -67,7 +98,7 @@ async def poll_forever(stub: worker_service_pb2_grpc.WorkerServiceAsyncStub, ind
 
 
 async def hold(args: argparse.Namespace) -> None:
-    calls = await open_streams(args.job_target, args.streams)
+    calls, cancelled = await open_streams(args.job_target, args.streams)
     poll_channels = [channel(args.worker_target) for _ in range(-(-args.pollers // 100))]
     stubs = [worker_service_pb2_grpc.WorkerServiceStub(c) for c in poll_channels]
     polls = [
@@ -75,7 +106,7 @@ async def hold(args: argparse.Namespace) -> None:
         for index in range(args.pollers)
     ]
     await asyncio.sleep(0.5)  # let every poll reach the server
-    print("ready", flush=True)
+    print(f"ready {cancelled}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     for task in polls:
         task.cancel()

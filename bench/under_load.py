@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.e2e import offered_latency, ready_worker
 from bench.procstat import rss_and_threads
@@ -27,10 +27,12 @@ class LoadState:
     label: str
     memory: dict[str, tuple[int, int]]  # process -> (RSS bytes, threads)
     dispatch: list[float]  # seconds, submit call start -> handler start
+    retried_opens: int = 0  # stream opens that came back CANCELLED and were retried
 
 
 @contextmanager
-def load_process(topology: Topology, streams: int, pollers: int) -> Iterator[None]:
+def load_process(topology: Topology, streams: int, pollers: int) -> Iterator[int]:
+    """The load held open; yields how many stream opens had to be retried."""
     command = [sys.executable, "-m", "bench.load", "--job-target", topology.job_target,
                "--worker-target", topology.worker_target, "--streams", str(streams),
                "--pollers", str(pollers)]  # fmt: skip
@@ -39,9 +41,10 @@ def load_process(topology: Topology, streams: int, pollers: int) -> Iterator[Non
     try:
         readable, _, _ = select.select([process.stdout], [], [], 300)
         line = process.stdout.readline() if readable else ""
-        if line.strip() != "ready":
+        word, _, retried = line.partition(" ")
+        if word != "ready":
             raise RuntimeError(f"bench.load did not get ready (said {line!r})")
-        yield
+        yield int(retried)
     finally:
         process.stdin.close()  # the load process ends when its stdin closes
         try:
@@ -64,7 +67,8 @@ def under_load(
     """The idle state, then the loaded one."""
     with ready_worker(topology, sink, PROBE_MODEL, 1):
         states = [_state("idle", topology, sink, rate, seconds)]
-        with load_process(topology, streams, pollers):
+        with load_process(topology, streams, pollers) as retried:
             label = f"{streams} streams + {pollers} long-polls"
-            states.append(_state(label, topology, sink, rate, seconds))
+            loaded = _state(label, topology, sink, rate, seconds)
+            states.append(replace(loaded, retried_opens=retried))
     return states
