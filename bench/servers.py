@@ -1,24 +1,25 @@
-"""Start the processes a benchmark measures: redis-server and jobgate servers."""
+"""Start the processes a benchmark measures: redis-server, jobgate servers, worker daemons."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.launcher import JobgateServer
 from tests.redis_server import RedisServer
 
-# Caps raised so the depth benchmark can queue 100k jobs for one tenant.
+# Caps raised so the depth benchmark can queue 1M jobs for one tenant, and more.
 COMMON_SETTINGS: Mapping[str, str] = {
     "lease-timeout": "10",
     "log-level": "warning",
-    "max-live-per-tenant": "1000000",
-    "max-live-total": "1000000",
+    "max-live-per-tenant": "10000000",
+    "max-live-total": "10000000",
 }
 
 
@@ -28,6 +29,13 @@ class Topology:
     job_target: str
     worker_target: str
     redis: RedisServer | None
+    # Process name -> pid, for the CPU and memory figures read from /proc.
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+def _pid(server: JobgateServer) -> int:
+    assert server.process is not None
+    return server.process.pid
 
 
 @contextmanager
@@ -51,23 +59,58 @@ def embedded() -> Iterator[Topology]:
         tempfile.TemporaryDirectory(prefix="jobgate-bench-") as workdir,
         _server("serve", Path(workdir)) as serve,
     ):
-        yield Topology("embedded", serve.address("job"), serve.address("worker"), None)
+        yield Topology(
+            "embedded", serve.address("job"), serve.address("worker"), None, {"serve": _pid(serve)}
+        )
 
 
 @contextmanager
-def on_redis(appendfsync: str = "everysec") -> Iterator[Topology]:
-    """`jobgate gateway` + `jobgate worker-server` on a private redis-server with AOF."""
+def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
+    """`jobgate gateway` + `jobgate worker-server` on a private redis-server.
+
+    With AOF at `appendfsync`, or without persistence when it is None (the
+    peers' method for the end-to-end figures).
+    """
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobgate-bench-")))
-        redis = RedisServer(workdir, "--appendonly", "yes", "--appendfsync", appendfsync)
+        aof = () if appendfsync is None else ("--appendonly", "yes", "--appendfsync", appendfsync)
+        redis = RedisServer(workdir, *aof)
         redis.start()
         stack.callback(redis.stop)
         shared = {"redis-url": redis.url}
         gateway = stack.enter_context(_server("gateway", workdir, shared))
         worker_server = stack.enter_context(_server("worker-server", workdir, shared))
-        yield Topology(
-            f"redis (appendfsync {appendfsync})", gateway.target, worker_server.target, redis
+        assert redis.process is not None
+        pids = {"gateway": _pid(gateway), "worker-server": _pid(worker_server),
+                "redis": redis.process.pid}  # fmt: skip
+        name = (
+            "redis (no persistence)"
+            if appendfsync is None
+            else f"redis (appendfsync {appendfsync})"
         )
+        yield Topology(name, gateway.target, worker_server.target, redis, pids)
+
+
+@contextmanager
+def worker(
+    target: str, model: str, handler: str, concurrency: int, env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `jobgate worker` daemon process (its readiness is the caller's to prove)."""
+    command = [sys.executable, "-m", "jobgate.cli", "worker", "--target", target,
+               "--model", model, "--handler", handler, "--concurrency", str(concurrency),
+               "--log-level", "warning"]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env}
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def environment_note() -> str:
