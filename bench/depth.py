@@ -66,7 +66,9 @@ class BulkFiller:
         pipe = self.client.pipeline(transaction=False)
         for _ in range(count):
             spec, payloads = store._spec(self.request)  # a fresh id per job, as submit()
-            pipe.evalsha(self.sha, len(keys), *keys, *head, json.dumps(spec), *payloads)
+            # Every transition's last KEY is its own operation key (exactly once per call).
+            call_keys = [*keys, store._op_key()]
+            pipe.evalsha(self.sha, len(call_keys), *call_keys, *head, json.dumps(spec), *payloads)
         replies = await pipe.execute()
         refused = [reply for reply in replies if not (isinstance(reply, list) and reply[0] == 1)]
         if refused:
