@@ -3,7 +3,10 @@
 Layout, scripts, wake-ups and durability are described in docs/redis-layout.md.
 Every hot-path call (submit, get, claim, heartbeat, set_result, cancel) is one
 EVALSHA round trip; a Redis failure of any kind is raised as StoreUnavailable,
-never read as an empty answer.
+never read as an empty answer. Each mutating call carries its own operation
+key, so redis-py's resend after a broken connection answers the first run's
+outcome instead of running the transition twice (docs/store-semantics.md,
+"Exactly once per call").
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
@@ -33,7 +37,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
 from store.codes import error_for
-from store.errors import InvalidRequest, QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
+from store.errors import (
+    FailureHook,
+    InvalidRequest,
+    QueueFull,
+    StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+    ignore_failure,
+    reporting,
+)
 from store.keys import Keys
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
@@ -48,10 +61,12 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
 )
+from store.policy import POSITION_SETTLE, child_key, claim_limit, claim_models, limits, watch_view
 from store.protocol import Store
 from store.redis_codec import (
     claimed_from_reply,
@@ -74,7 +89,23 @@ CONNECT_TIMEOUT = 0.5
 SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
-MAX_CLAIM = 64
+# Connections of the pool every RPC uses. It is a blocking pool: a burst of
+# calls waits (up to SOCKET_TIMEOUT) for a connection instead of failing
+# with "Too many connections".
+POOL_CONNECTIONS = 64
+# Re-reads by woken streams and long polls share this many of those
+# connections, so 2,000 streams woken at once queue here (never failing)
+# and leave the rest of the pool to RPCs.
+WAITER_READS = 16
+# Leadership, recovery and the health ping run on a pool of their own,
+# which no stream, long poll or burst of RPCs can exhaust.
+CONTROL_CONNECTIONS = 2
+# A claim whose caller is gone is undone in the background; these bound it.
+RELEASE_ATTEMPTS = 5
+RELEASE_RETRY_DELAY = 0.2
+# close() waits this long for such releases before dropping them (their
+# leases then expire after lease_timeout, as after a crash).
+RELEASE_GRACE = 2.0
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -120,10 +151,13 @@ class RedisStore(Store):
 
     def __init__(self, url: str, settings: StoreSettings, partition: str = "default") -> None:
         self.settings = settings
+        self.on_failure: FailureHook = ignore_failure
         self.url = url
         self.keys = Keys(partition)
         self._scripts = Scripts()
-        self._client = self._new_client(SOCKET_TIMEOUT)
+        self._client = self._new_client(SOCKET_TIMEOUT, connections=POOL_CONNECTIONS)
+        self._control = self._new_client(SOCKET_TIMEOUT, connections=CONTROL_CONNECTIONS)
+        self._waiter_reads = asyncio.Semaphore(WAITER_READS)
         # XREAD BLOCK waits longer than SOCKET_TIMEOUT: its own connection,
         # bounded by asyncio.wait_for instead.
         self._blocking = self._new_client(None)
@@ -132,25 +166,34 @@ class RedisStore(Store):
         self._pubsub = self._new_client(SOCKET_TIMEOUT, retries=0)
         self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
         self._closed = False
+        self._background: set[asyncio.Task[None]] = set()
 
-    def _new_client(self, socket_timeout: float | None, retries: int = 1) -> Redis:
+    def _new_client(
+        self, socket_timeout: float | None, retries: int = 1, connections: int = 8
+    ) -> Redis:
         # One retry on a broken connection: a pooled connection may be stale
-        # after a Redis restart. Timeouts are never retried (the script may
-        # have run).
-        return Redis.from_url(
+        # after a Redis restart. The resend is safe for scripts: each call's
+        # operation key makes a second run answer the first run's outcome.
+        # Timeouts are never retried; a claim whose outcome is unknown is
+        # released (_undo_claim).
+        pool = BlockingConnectionPool.from_url(
             self.url,
+            max_connections=connections,
+            timeout=SOCKET_TIMEOUT,
             socket_timeout=socket_timeout,
             socket_connect_timeout=CONNECT_TIMEOUT,
             retry=Retry(NoBackoff(), retries, supported_errors=(RedisConnectionError,)),
         )
+        return Redis.from_pool(pool)
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
-        with _translated("open"):
-            await self._client.ping()
-            await self._check_config()
-            await self._scripts.load_all(self._client)
-        await self._notifier.start()
+        with reporting(self.on_failure, "open"):
+            with _translated("open"):
+                await self._client.ping()
+                await self._check_config()
+                await self._scripts.load_all(self._client)
+            await self._notifier.start()
 
     async def _check_config(self) -> None:
         try:
@@ -173,24 +216,51 @@ class RedisStore(Store):
     async def close(self) -> None:
         self._closed = True
         await self._notifier.close()
-        for client in (self._client, self._blocking, self._pubsub):
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
+        for client in (self._client, self._control, self._blocking, self._pubsub):
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
 
     async def ping(self) -> None:
-        self._check_open()
-        with _translated("ping"):
-            await self._client.ping()
+        with self._operation("ping"):
+            await self._control.ping()
 
     # Plumbing ------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailable("the store is closed")
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
-        self._check_open()
-        with _translated(name):
-            return await self._scripts.run(self._client, name, keys, args)
+    @contextlib.contextmanager
+    def _operation(self, operation: str) -> Iterator[None]:
+        """Every Redis call runs inside, named by its Store method.
+
+        A closed store and every redis error become StoreErrors, and the
+        failures among them are reported to `on_failure` (store error metrics).
+        """
+        with reporting(self.on_failure, operation):
+            self._check_open()
+            with _translated(operation):
+                yield
+
+    async def _run(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        operation: str | None = None,
+        client: Redis | None = None,
+    ) -> Any:
+        """Run a script; `operation` (default: the script's name) names the call.
+
+        `client` is the RPC pool unless given (recovery runs on its own).
+        """
+        with self._operation(operation or script):
+            return await self._scripts.run(client or self._client, script, keys, args)
+
+    def _op_key(self) -> str:
+        """A fresh operation key: the last KEY of a transition that must run once per call."""
+        return self.keys.op(uuid.uuid4().hex)
 
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
@@ -200,9 +270,20 @@ class RedisStore(Store):
             to_ms(self.settings.result_ttl),
         ]
 
-    async def _transition(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+    async def _transition(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        operation: str | None = None,
+        client: Redis | None = None,
+    ) -> Any:
         return await self._run(
-            name, [*self.keys.transition_keys(), *keys], [*self._common_args(), *args]
+            script,
+            [*self.keys.transition_keys(), *keys],
+            [*self._common_args(), *args],
+            operation,
+            client,
         )
 
     # Submit --------------------------------------------------------------------
@@ -211,6 +292,7 @@ class RedisStore(Store):
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+        keys.append(self._op_key())
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
@@ -225,15 +307,15 @@ class RedisStore(Store):
         return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
 
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
-        s = self.settings
+        effective = limits(spec, self.settings)
         return {
             "id": str(ULID()),
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
-            "max_attempts": max(1, spec.max_attempts or s.max_attempts),
-            "queue_timeout": to_ms(spec.queue_timeout or s.queue_timeout),
-            "run_timeout": to_ms(spec.run_timeout or s.run_timeout),
+            "max_attempts": effective.max_attempts,
+            "queue_timeout": to_ms(effective.queue_timeout),
+            "run_timeout": to_ms(effective.run_timeout),
             "idempotency_key": idempotency_key,
         }
 
@@ -242,7 +324,7 @@ class RedisStore(Store):
         work = request.work
         if isinstance(work, GroupSpec):
             children = [
-                self._job_spec(child, f"{key}#{index}" if key else "")
+                self._job_spec(child, child_key(key, index))
                 for index, child in enumerate(work.children)
             ]
             parent: dict[str, Any] = {
@@ -257,7 +339,7 @@ class RedisStore(Store):
             }
             spec = {
                 **parent,
-                "kind": "group",
+                "kind": JobKind.GROUP.value,
                 "priority": int(request.priority),
                 "max_parallel": max(0, work.max_parallel),
                 "jobs": children,
@@ -265,7 +347,7 @@ class RedisStore(Store):
             return spec, [child.payload for child in work.children]
         single = self._job_spec(work, key)
         spec = {
-            "kind": "single",
+            "kind": JobKind.SINGLE.value,
             "id": single["id"],
             "priority": int(request.priority),
             "max_parallel": 0,
@@ -275,7 +357,12 @@ class RedisStore(Store):
 
     # Reads ---------------------------------------------------------------------
     async def get(self, tenant: str, job_id: str) -> Job:
-        reply = await self._run("get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant])
+        return await self._get(tenant, job_id, "get")
+
+    async def _get(self, tenant: str, job_id: str, operation: str) -> Job:
+        reply = await self._run(
+            "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
+        )
         _check_code(reply, job_id)
         return job_from_snapshot(reply[1])
 
@@ -291,13 +378,11 @@ class RedisStore(Store):
             "children",
             [self.keys.job(job_id), self.keys.children(job_id)],
             [self.keys.prefix, tenant],
+            "list_children",
         )
         _check_code(reply, job_id)
         jobs = [job_from_snapshot(snap) for snap in reply[1]]
         return sorted(jobs, key=lambda job: job.child_index)
-
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        return (await self.get(tenant, job_id)).queue_position
 
     # Claim ---------------------------------------------------------------------
     async def claim(
@@ -307,22 +392,26 @@ class RedisStore(Store):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
     ) -> list[ClaimedJob]:
-        models = list(dict.fromkeys(models))
+        models = claim_models(models)
         if not models:
             return []
-        max_jobs = min(max(max_jobs, 1), MAX_CLAIM)
+        max_jobs = claim_limit(max_jobs)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.total_seconds()
         with self._notifier.listen(f"r {model}" for model in models) as listener:
+            listener.clear()
+            claimed = await self._claim_once(worker_id, models, max_jobs)
             while True:
-                listener.clear()  # before the read: a wake-up after it is kept
-                claimed = await self._claim_once(worker_id, models, max_jobs)
                 remaining = deadline - loop.time()
                 if claimed or remaining <= 0 or self._closed:
                     return claimed
-                await listener.wait(min(remaining, SAFETY_RECHECK))
+                with reporting(self.on_failure, "claim"):
+                    await listener.wait(min(remaining, _recheck()))
                 if self._closed:
                     return []
+                async with self._waiter_reads:
+                    listener.clear()  # before the read: a wake-up after it is kept
+                    claimed = await self._claim_once(worker_id, models, max_jobs)
 
     def waiting_claims(self, model: str) -> int:
         """Claims on this RedisStore blocked waiting for `model` (tests, debugging)."""
@@ -338,8 +427,60 @@ class RedisStore(Store):
             len(models),
             *(uuid.uuid4().hex for _ in range(max_jobs)),
         ]
-        reply = await self._transition("claim", self.keys.claim_queues(models), args)
+        op_key = self._op_key()
+        call = asyncio.ensure_future(
+            self._transition("claim", [*self.keys.claim_queues(models), op_key], args)
+        )
+        try:
+            # shielded: a caller cancelled now must not drop leases the script made
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            self._in_background(self._undo_claim(op_key, call))
+            raise
+        except StoreUnavailable:
+            # a timeout, or the connection broke again: the script may have run
+            self._in_background(self._undo_claim(op_key, call))
+            raise
         return [claimed_from_reply(entry) for entry in reply]
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _undo_claim(self, op_key: str, call: asyncio.Future[Any]) -> None:
+        """Once the claim call settled, give back whatever it leased (nobody got it).
+
+        It runs even while the store closes (close() waits RELEASE_GRACE for it).
+        """
+        await asyncio.wait([call])
+        keys = [*self.keys.transition_keys(), op_key]
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                with reporting(self.on_failure, "release"), _translated("release"):
+                    released = await self._scripts.run(
+                        self._client, "release", keys, self._common_args()
+                    )
+            except StoreError as error:
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    await asyncio.sleep(RELEASE_RETRY_DELAY)
+                    continue
+                log.warning(
+                    "could not release an abandoned claim (%s); its leases expire after "
+                    "the lease timeout",
+                    error,
+                )
+                return
+            if released:
+                log.info("released %d lease(s) of a claim whose caller was gone", released)
+            return
+
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        if not leases:
+            return 0
+        args = [value for item in leases for value in (item.job.id, item.lease_id)]
+        reply = await self._transition("release", [], args)
+        return int(reply)
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
@@ -356,31 +497,23 @@ class RedisStore(Store):
         )
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         s = self.settings
         reply = await self._transition(
             "set_result",
-            [self.keys.job(job_id), self.keys.result(job_id)],
+            [self.keys.job(job_id), self.keys.result(job_id), self._op_key()],
             [
                 job_id,
                 lease_id,
-                status.value,
-                result,
-                result_content_type,
-                error_code,
-                error_message,
-                1 if retryable else 0,
+                report.status.value,
+                report.result,
+                report.result_content_type,
+                report.error_code,
+                report.error_message,
+                1 if report.retryable else 0,
                 to_ms(s.retry_backoff_base),
                 to_ms(s.retry_backoff_max),
             ],
@@ -389,7 +522,9 @@ class RedisStore(Store):
         return ResultRecorded(job_from_snapshot(reply[1]), applied=reply[2] == 1)
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        reply = await self._transition("cancel", [self.keys.job(job_id)], [job_id, tenant, reason])
+        reply = await self._transition(
+            "cancel", [self.keys.job(job_id), self._op_key()], [job_id, tenant, reason]
+        )
         _check_code(reply, job_id)
         return CancelResult(job=job_from_snapshot(reply[1]), cancelled=reply[0] == 1)
 
@@ -405,20 +540,27 @@ class RedisStore(Store):
             ("recover_queue_timeouts", []),
         ):
             while True:
-                handled, emitted = await self._transition(name, [], [RECOVER_BATCH, *extra])
+                handled, emitted = await self._transition(
+                    name, [], [RECOVER_BATCH, *extra], "recover", self._control
+                )
                 events.extend(event_from_emitted(entry) for entry in emitted)
                 if handled < RECOVER_BATCH:
                     break
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
-        reply = await self._run("acquire_leadership", [self.keys.leader], [holder, to_ms(ttl)])
+        reply = await self._run(
+            "acquire_leadership",
+            [self.keys.leader],
+            [holder, to_ms(ttl)],
+            client=self._control,
+        )
         return bool(reply)
 
     # Watch and events ------------------------------------------------------------
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         with self._notifier.listen([f"j {job_id}"]) as listener:
-            job = await self.get(tenant, job_id)
+            job = await self._waiter_get(tenant, job_id)
             seen: tuple[object, ...] | None = None
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
@@ -429,17 +571,24 @@ class RedisStore(Store):
                     new_r = listener.add(f"r {job.model}")
                     if new_q or new_r:
                         listener.clear()
-                        job = await self.get(tenant, job_id)
-                if _watch_key(job) != seen:
-                    seen = _watch_key(job)
+                        job = await self._waiter_get(tenant, job_id)
+                if watch_view(job) != seen:
+                    seen = watch_view(job)
                     yield job
                 if job.terminal or self._closed:
                     return
-                await listener.wait(SAFETY_RECHECK)
+                with reporting(self.on_failure, "watch"):
+                    await listener.wait(_recheck())
+                    await listener.settle(POSITION_SETTLE)
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
-                job = await self.get(tenant, job_id)
+                job = await self._waiter_get(tenant, job_id)
+
+    async def _waiter_get(self, tenant: str, job_id: str) -> Job:
+        """A stream's read: queued behind other streams, never failing for want of a connection."""
+        async with self._waiter_reads:
+            return await self._get(tenant, job_id, "watch")
 
     async def events(
         self,
@@ -447,11 +596,10 @@ class RedisStore(Store):
         count: int = 100,
         block: timedelta | None = None,
     ) -> list[JobEvent]:
-        self._check_open()
         if not _STREAM_ID.fullmatch(after):
             raise InvalidRequest("after", f"not an event id: {after!r}")
         streams: dict[Any, Any] = {self.keys.events: after}
-        with _translated("events"):
+        with self._operation("events"):
             if block is None:
                 reply: Any = await self._client.xread(streams, count=count)
             else:
@@ -468,10 +616,14 @@ class RedisStore(Store):
             for entry_id, fields in entries
         ]
 
+    async def newest_event_id(self) -> str:
+        with self._operation("newest_event_id"):
+            newest: Any = await self._client.xrevrange(self.keys.events, count=1)
+        return _text(newest[0][0]) if newest else "0"
+
     # Gauges ----------------------------------------------------------------------
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        self._check_open()
-        with _translated("queue_depths"):
+        with self._operation("queue_depths"):
             members: Any = await self._client.smembers(self.keys.models)
             models = sorted(m.decode() for m in members)
             pairs = [(m, p) for m in models for p in PRIORITIES_IN_CLAIM_ORDER]
@@ -482,8 +634,7 @@ class RedisStore(Store):
         return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
 
     async def in_flight(self) -> dict[str, int]:
-        self._check_open()
-        with _translated("in_flight"):
+        with self._operation("in_flight"):
             models: Any = await self._client.smembers(self.keys.models)
             counts: Any = await self._client.hgetall(self.keys.in_flight)
         flat = record([item for pair in counts.items() for item in pair])
@@ -492,12 +643,6 @@ class RedisStore(Store):
         return result
 
 
-def _watch_key(job: Job) -> tuple[object, ...]:
-    """What makes a new watch snapshot worth sending."""
-    return (
-        job.status,
-        job.progress,
-        job.stage,
-        job.queue_position,
-        tuple((child.id, child.status) for child in job.children),
-    )
+def _recheck() -> float:
+    """The safety re-check delay, jittered so streams opened together do not re-read together."""
+    return SAFETY_RECHECK * random.uniform(0.8, 1.2)

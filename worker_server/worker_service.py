@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +16,8 @@ from serving.auth import Role
 from serving.context import Serving
 from serving.convert import job_to_proto
 from serving.logs import job_fields
+from store.errors import StoreError
+from store.model import ClaimedJob
 from worker_server import convert, validate
 
 log = logging.getLogger("jobgate.worker_server")
@@ -27,6 +31,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     def __init__(self, serving: Serving) -> None:
         self._serving = serving
         self._store = serving.store
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def _authorize(self, context: Context) -> None:
         # Workers serve every tenant (a shared fleet); the lease id proves ownership.
@@ -38,16 +43,43 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize(context)
         validate.claim_next(request)
         models = list(dict.fromkeys(request.models))
-        claim = self._store.claim(
-            request.worker_id, models, request.max_jobs or 1, _wait(request, context)
+        claim = asyncio.ensure_future(
+            self._store.claim(
+                request.worker_id, models, request.max_jobs or 1, _wait(request, context)
+            )
         )
-        finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        try:
+            finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        except asyncio.CancelledError:
+            # cancelled as the store answered: nobody will receive these leases
+            self._release_later(_claimed_by(claim))
+            raise
         if not finished or not claimed:
             return pb.ClaimNextResponse()  # nothing came, or the server is draining
+        if _caller_gone(context):
+            self._release_later(claimed)
+            return pb.ClaimNextResponse()
         self._serving.metrics.claimed(claimed)
         for item in claimed:
             log.info("job claimed", extra=job_fields(item.job, worker_id=request.worker_id))
         return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
+
+    def _release_later(self, claimed: Sequence[ClaimedJob]) -> None:
+        """Give the leases back at once (not after lease_timeout), even if this call dies."""
+        if not claimed:
+            return
+        task = asyncio.create_task(self._release(claimed))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _release(self, claimed: Sequence[ClaimedJob]) -> None:
+        try:
+            released = await self._store.release(claimed)
+        except StoreError as error:
+            log.warning("could not release a claim whose caller was gone: %s", error)
+            return
+        for item in claimed[:released]:
+            log.info("job claim released", extra=job_fields(item.job))
 
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: Context
@@ -65,14 +97,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize(context)
         validate.set_result(request, self._serving.settings.max_payload_bytes)
         recorded = await self._store.record_result(
-            request.job_id,
-            request.lease_id,
-            convert.result_status(request),
-            result=request.result,
-            result_content_type=request.result_content_type,
-            error_code=convert.error_code(request),
-            error_message=request.error_message,
-            retryable=request.retryable,
+            request.job_id, request.lease_id, convert.result_report(request)
         )
         job = recorded.job
         # A repeat after a lost answer changed nothing, so it is not counted again.
@@ -80,6 +105,19 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             self._serving.metrics.finished(job)
         log.info("job result", extra=job_fields(job, retryable=request.retryable))
         return pb.SetResultResponse(job=job_to_proto(job))
+
+
+def _claimed_by(claim: asyncio.Future[list[ClaimedJob]]) -> list[ClaimedJob]:
+    """What a settled claim leased; nothing if it failed or was cancelled."""
+    if not claim.done() or claim.cancelled() or claim.exception() is not None:
+        return []
+    return claim.result()
+
+
+def _caller_gone(context: Context) -> bool:
+    """The client cancelled, or its deadline passed: an answer would be dropped."""
+    remaining = context.time_remaining()
+    return context.cancelled() or (remaining is not None and remaining <= 0)
 
 
 def _wait(request: pb.ClaimNextRequest, context: Context) -> timedelta:

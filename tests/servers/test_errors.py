@@ -23,23 +23,17 @@ UNKNOWN_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
 
 class BrokenStore(LocalStore):
-    """A LocalStore whose tenant and worker calls raise `failure` while it is set."""
+    """A LocalStore whose get and claim raise `failure` while it is set (as its backend)."""
 
     failure: Exception | None = None
     gets = 0
 
-    def _maybe_fail(self) -> None:
-        if self.failure is not None:
+    def _refuse_if_closed(self, operation: str) -> None:
+        if operation == "get":
+            self.gets += 1
+        if self.failure is not None and operation in ("get", "claim"):
             raise self.failure
-
-    async def get(self, tenant: str, job_id: str) -> Any:
-        self.gets += 1
-        self._maybe_fail()
-        return await super().get(tenant, job_id)
-
-    async def claim(self, *args: Any, **kwargs: Any) -> Any:
-        self._maybe_fail()
-        return await super().claim(*args, **kwargs)
+        super()._refuse_if_closed(operation)
 
 
 async def test_unknown_job_is_not_found_with_reason(harness: Harness) -> None:

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, cast
 
@@ -26,9 +26,9 @@ from store import (
     StoreSettings,
     StoreUnavailable,
 )
-from store.model import GroupSpec, JobSpec, JobStatus, SubmitRequest
+from store.model import GroupSpec, Job, JobSpec, JobStatus, SubmitRequest
 from store.redis_scripts import Script
-from store.redis_store import RedisStore
+from store.redis_store import POOL_CONNECTIONS, RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer, free_port
 
@@ -198,6 +198,18 @@ async def test_stopped_redis_is_store_unavailable_within_a_second(
     with pytest.raises(StoreUnavailable):
         await calls[operation]()
     assert time.monotonic() - started < 1.0
+
+
+async def test_a_stopped_redis_is_reported_as_a_failure_of_the_operation(
+    store: RedisStore, server: RedisServer
+) -> None:
+    failed: list[str] = []
+    store.on_failure = failed.append
+    job = (await store.submit(request())).job
+    server.stop()
+    with pytest.raises(StoreUnavailable):
+        await store.get(TENANT, job.id)
+    assert failed == ["get"]
 
 
 @pytest.mark.parametrize("serve_stale_data", ["yes", "no"])
@@ -421,6 +433,55 @@ async def test_recover_touches_only_what_expired(
     assert commands < 300  # all commands, scripts' own included; scanning would be 1000+
 
 
+async def test_leadership_recovery_and_ping_answer_while_the_rpc_pool_is_exhausted(
+    make_store: StoreFactory,
+) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.05))
+    await store.submit(request())
+    await store.claim("w1", [MODEL])
+    pool = store._client.connection_pool
+    held = [await pool.get_connection() for _ in range(pool.max_connections)]  # type: ignore[no-untyped-call]
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.get(TENANT, "01ARZ3NDEKTSV4RRFFQ69G5FAV")  # the RPC pool is exhausted
+        assert await store.acquire_leadership("me", timedelta(seconds=5))
+        events = await assert_eventually(store.recover)
+        assert [event.to_status for event in events] == [JobStatus.QUEUED]
+        await store.ping()
+    finally:
+        for connection in held:
+            await pool.release(connection)
+
+
+async def test_streams_and_long_polls_woken_together_never_exhaust_the_pool(
+    make_store: StoreFactory, server: RedisServer
+) -> None:
+    store = await make_store()
+    other = await make_store()
+    jobs = [(await store.submit(request())).job for _ in range(300)]
+    watches = [store.watch(TENANT, job.id) for job in jobs]
+    for watch in watches:
+        await anext(watch)  # the first snapshot; each now waits on its queue's moves
+    wait = timedelta(seconds=30)
+    claims = [asyncio.ensure_future(store.claim(f"w{i}", ["idle"], wait=wait)) for i in range(100)]
+
+    async def all_waiting() -> bool:
+        return store.waiting_claims("idle") == 100
+
+    await assert_eventually(all_waiting)
+    await other.claim("w", [MODEL])  # the queue moves: every watch re-reads at once
+    await other.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model="idle")))
+    moved = await asyncio.gather(*(anext(watch) for watch in watches))
+    assert [job.queue_position for job in moved[1:]] == list(range(len(jobs) - 1))
+    claimed = await asyncio.wait({*claims}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert len(claimed[0]) == 1 and not any(task.exception() for task in claimed[0])
+    assert int(server.info_field("clients", "connected_clients")) < 2 * POOL_CONNECTIONS + 10
+    for task in claims:
+        task.cancel()
+    for watch in watches:
+        await cast(AsyncGenerator[Job, None], watch).aclose()
+
+
 # -- TTL -------------------------------------------
 
 
@@ -606,14 +667,14 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
     watcher_side, worker_side = await make_store(), await make_store()
     await worker_side.submit(request())
     job = (await worker_side.submit(request())).job
-    read = watcher_side.get
+    read = watcher_side._get
     first_read = True
 
-    async def read_then_claim_ahead(tenant: str, job_id: str) -> Any:
+    async def read_then_claim_ahead(tenant: str, job_id: str, operation: str) -> Any:
         # The job ahead is claimed after the watch's first read and before it
         # listens to its queue: the "q" message goes by unheard.
         nonlocal first_read
-        snapshot = await read(tenant, job_id)
+        snapshot = await read(tenant, job_id, operation)
         if first_read:
             first_read = False
             with watcher_side._notifier.listen([f"q {MODEL}"]) as heard:
@@ -621,7 +682,7 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
                 await heard.wait(10)
         return snapshot
 
-    monkeypatch.setattr(watcher_side, "get", read_then_claim_ahead)
+    monkeypatch.setattr(watcher_side, "_get", read_then_claim_ahead)
     stream = watcher_side.watch(TENANT, job.id)
     seen = await asyncio.wait_for(anext(stream), 5)
     if seen.queue_position != 0:
