@@ -37,6 +37,7 @@ from store.errors import (
     LeaseLost,
     QueueFull,
     QuotaExceeded,
+    StoreError,
     StoreUnavailable,
     ignore_failure,
     reporting,
@@ -411,14 +412,28 @@ class LocalStore(Store):
                     )
                 return SubmitResult(self._snapshot(existing), reused=True)
         self._admit(request)
-        if isinstance(request.work, GroupSpec):
-            record = self._create_group(request, request.work, fingerprint, now)
-        else:
-            record = self._create_single(request, request.work, fingerprint, now)
-        if key:
-            self._keys[(request.tenant, key)] = record.id
+        record = self._create(request, fingerprint, now)
         self._wake()
         return SubmitResult(self._snapshot(record), reused=False)
+
+    async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+        self._check_open("submit_batch")
+        now = self._clock()
+        plan = self._plan_batch(requests, now)  # every check first: all or nothing
+        records: list[_Record] = []
+        for request, (fingerprint, source) in zip(requests, plan, strict=True):
+            if isinstance(source, int):
+                records.append(records[source])  # an earlier item of this batch made it
+            elif source is not None:
+                records.append(source)
+            else:
+                records.append(self._create(request, fingerprint, now))
+        if any(source is None for _, source in plan):
+            self._wake()
+        return [
+            SubmitResult(self._snapshot(record), reused=source is not None)
+            for record, (_, source) in zip(records, plan, strict=True)
+        ]
 
     async def get(self, tenant: str, job_id: str) -> Job:
         self._check_open("get")
@@ -644,7 +659,71 @@ class LocalStore(Store):
             self._keys.pop((tenant, key), None)
         return record
 
-    def _admit(self, request: SubmitRequest) -> None:
+    def _plan_batch(
+        self, requests: Sequence[SubmitRequest], now: float
+    ) -> list[tuple[str, _Record | int | None]]:
+        """Submit's checks for every item, in order, changing nothing.
+
+        Each item gets its fingerprint and where its answer comes from: an
+        existing job, the index of an earlier item that creates it, or None
+        (create it). Admission counts the jobs of the earlier items. A
+        refusal is raised as its item's error.
+        """
+        taken: dict[tuple[str, str], tuple[str, int]] = {}  # key -> (fingerprint, item)
+        added: dict[str, int] = {}
+        plan: list[tuple[str, _Record | int | None]] = []
+        for index, request in enumerate(requests):
+            try:
+                plan.append(self._plan_item(request, index, now, taken, added))
+            except StoreError as error:
+                raise error.for_item(index) from None
+        return plan
+
+    def _plan_item(
+        self,
+        request: SubmitRequest,
+        index: int,
+        now: float,
+        taken: dict[tuple[str, str], tuple[str, int]],
+        added: dict[str, int],
+    ) -> tuple[str, _Record | int | None]:
+        key = request.idempotency_key
+        fingerprint = request.fingerprint() if key else ""
+        if key:
+            earlier = taken.get((request.tenant, key))
+            if earlier is not None:
+                if earlier[0] != fingerprint:
+                    raise IdempotencyKeyReused(
+                        f"idempotency key {key!r} was used for a different request "
+                        f"(requests[{earlier[1]}])"
+                    )
+                return fingerprint, earlier[1]
+            existing = self._keyed(request.tenant, key, now)
+            if existing is not None:
+                if existing.fingerprint != fingerprint:
+                    raise IdempotencyKeyReused(
+                        f"idempotency key {key!r} was used for a different request",
+                        job_id=existing.id,
+                    )
+                return fingerprint, existing
+        count = self._admit(request, added.get(request.tenant, 0), sum(added.values()))
+        added[request.tenant] = added.get(request.tenant, 0) + count
+        if key:
+            taken[(request.tenant, key)] = (fingerprint, index)
+        return fingerprint, None
+
+    def _create(self, request: SubmitRequest, fingerprint: str, now: float) -> _Record:
+        """Create an admitted request's job or group and take its idempotency key."""
+        if isinstance(request.work, GroupSpec):
+            record = self._create_group(request, request.work, fingerprint, now)
+        else:
+            record = self._create_single(request, request.work, fingerprint, now)
+        if request.idempotency_key:
+            self._keys[(request.tenant, request.idempotency_key)] = record.id
+        return record
+
+    def _admit(self, request: SubmitRequest, tenant_added: int = 0, total_added: int = 0) -> int:
+        """Refuse a request over a cap, counting jobs a batch adds before it; its job count."""
         if isinstance(request.work, GroupSpec):
             count = len(request.work.children)
             if count == 0:
@@ -656,12 +735,14 @@ class LocalStore(Store):
                 )
         else:
             count = 1
-        if self._live_by_tenant.get(request.tenant, 0) + count > self.settings.max_live_per_tenant:
+        live = self._live_by_tenant.get(request.tenant, 0) + tenant_added
+        if live + count > self.settings.max_live_per_tenant:
             raise QuotaExceeded(
                 f"tenant {request.tenant!r} has too many live jobs", tenant=request.tenant
             )
-        if self._live_total + count > self.settings.max_live_total:
+        if self._live_total + total_added + count > self.settings.max_live_total:
             raise QueueFull("too many live jobs")
+        return count
 
     def _new_record(
         self,

@@ -306,6 +306,46 @@ class RedisStore(Store):
         _check_code(reply, max_group_children=self.settings.max_group_children)
         return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
 
+    async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+        if not requests:
+            return []
+        transition_keys = self.keys.transition_keys()
+        keys: list[str] = []
+        items: list[ArgValue] = []
+        payloads: list[ArgValue] = []
+        for request in requests:
+            spec, item_payloads = self._spec(request)
+            key_index = 0
+            if request.idempotency_key:
+                keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+                key_index = len(transition_keys) + len(keys)  # Lua's 1-based KEYS index
+            # Only a keyed item is ever compared, so only it pays for the digest.
+            fingerprint = request.fingerprint() if request.idempotency_key else ""
+            items.append(
+                json.dumps(
+                    {**spec, "tenant": request.tenant, "fingerprint": fingerprint, "key": key_index}
+                )
+            )
+            payloads.extend(item_payloads)
+        keys.append(self._op_key())
+        s = self.settings
+        args: list[ArgValue] = [
+            s.max_live_per_tenant,
+            s.max_live_total,
+            s.max_group_children,
+            len(items),
+            *items,
+            *payloads,
+        ]
+        reply = await self._transition("submit_batch", keys, args)
+        if reply[0] < 0:
+            error = error_for(reply[0], max_group_children=s.max_group_children)
+            raise error.for_item(int(reply[1]))
+        return [
+            SubmitResult(job=job_from_snapshot(snap), reused=bool(flag))
+            for flag, snap in zip(reply[1], reply[2], strict=True)
+        ]
+
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
         effective = limits(spec, self.settings)
         return {

@@ -184,3 +184,24 @@ async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
     reply = await store._transition("claim", [*queues, op_key], claim_args)
     assert reply == []
     assert await _is_queued_unclaimed(store, job.id)
+
+
+async def test_batch_whose_reply_is_lost_answers_the_first_runs_outcome(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied(max_live_total=3)
+    existing = await store.submit(SubmitRequest(tenant=TENANT, work=spec(), idempotency_key="old"))
+    requests = [
+        SubmitRequest(tenant=TENANT, work=spec(), idempotency_key="old"),
+        SubmitRequest(tenant=TENANT, work=spec(), idempotency_key="new"),
+        SubmitRequest(tenant=TENANT, work=spec(), idempotency_key="new"),
+        SubmitRequest(tenant=TENANT, work=spec()),
+    ]
+    fault = proxy.drop_reply(sha("submit_batch"))
+    results = await store.submit_batch(requests)
+    assert fault.hits == 1
+    assert [result.reused for result in results] == [True, False, True, False]
+    assert results[0].job.id == existing.job.id
+    assert results[1].job.id == results[2].job.id
+    with pytest.raises(QueueFull):  # the batch's two jobs were counted once: 3 live
+        await submit_one(store)

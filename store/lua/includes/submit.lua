@@ -1,0 +1,142 @@
+-- includes/submit.lua: Submit's checks and writes, shared by submit.lua (one
+-- request) and submit_batch.lua (many, all or nothing). Needs the `keys`,
+-- `policy`, `snapshot` and `common` includes first.
+--
+-- An item is one request:
+--   {tenant, fingerprint, idem (its idempotency key's name in KEYS, or nil),
+--    spec (decoded JSON, see submit.lua ARGV[9]), payload_at (the ARGV index
+--    of its first payload; one payload per spec.jobs entry, in order)}
+-- Caps: {per_tenant, total, children} (max_live_per_tenant, max_live_total,
+-- max_group_children).
+--
+-- Keys built from the prefix: the job hashes, payloads, children list, held
+-- set, ready queue of each model (as every transition script does).
+
+-- What a check decided, besides a refusal {RC.*}: answer a job that exists
+-- already, or the job an earlier item of the same batch creates.
+local REUSE_JOB = 'job'
+local REUSE_ITEM = 'item'
+
+-- What the earlier items of a batch will create, so later items see them:
+-- idempotency keys taken (idem -> {fingerprint, index}) and live jobs added
+-- (per tenant, in total). A single submit starts from an empty one.
+local function submit_pending()
+  return {keys = {}, live = {}, total = 0}
+end
+
+-- Submit's checks, in its order: idempotency first (a reuse is never
+-- capped), then the group's size, then admission. Reads only.
+-- Returns {RC.*} (refused), {REUSE_JOB, id}, {REUSE_ITEM, index}, or nil:
+-- create it (and `pending` now counts it as item `index`).
+local function submit_check(item, caps, pending, index)
+  local idem = item.idem
+  if idem then
+    local earlier = pending.keys[idem]
+    if earlier then
+      if earlier.fingerprint ~= item.fingerprint then
+        return {RC.IDEMPOTENCY_KEY_REUSED}
+      end
+      return {REUSE_ITEM, earlier.index}
+    end
+    local held = redis.call('GET', idem)
+    if held then
+      local held_fingerprint, held_id = string.match(held, '^(%S+) (%S+)$')
+      if held_id and redis.call('EXISTS', jk(held_id)) == 1 then
+        if held_fingerprint ~= item.fingerprint then
+          return {RC.IDEMPOTENCY_KEY_REUSED}
+        end
+        return {REUSE_JOB, held_id}
+      end
+    end
+  end
+
+  local tenant = item.tenant
+  local n = #item.spec['jobs']
+  if item.spec['kind'] == KIND.GROUP and (n == 0 or n > caps.children) then
+    return {RC.INVALID_CHILDREN}
+  end
+  local added = pending.live[tenant] or 0
+  local live = tonumber(redis.call('HGET', K_LIVE, tenant)) or 0
+  if live + added + n > caps.per_tenant then
+    return {RC.QUOTA_EXCEEDED}
+  end
+  local live_total = tonumber(redis.call('GET', K_LIVE_TOTAL)) or 0
+  if live_total + pending.total + n > caps.total then
+    return {RC.QUEUE_FULL}
+  end
+
+  pending.live[tenant] = added + n
+  pending.total = pending.total + n
+  if idem then
+    pending.keys[idem] = {fingerprint = item.fingerprint, index = index}
+  end
+  return nil
+end
+
+local function submit_new_record(item, job, seq, kind, status, parent_id, child_index, payload)
+  local key = jk(job['id'])
+  redis.call('HSET', key,
+    'id', job['id'], 'tenant', item.tenant, 'kind', kind, 'status', status,
+    'priority', item.spec['priority'], 'model', job['model'], 'seq', seq,
+    'content_type', job['content_type'] or '', 'labels', job['labels'] or '{}',
+    'idempotency_key', job['idempotency_key'] or '',
+    'attempts', 0, 'max_attempts', job['max_attempts'] or 0,
+    'queue_timeout', job['queue_timeout'] or 0, 'run_timeout', job['run_timeout'] or 0,
+    'create_time', NOW, 'update_time', NOW, 'progress', '0', 'stage', '',
+    'parent_id', parent_id, 'child_index', child_index, 'cancel_requested', 0,
+    'worker_id', '', 'error_code', '', 'error_message', '')
+  redis.call('PERSIST', key)
+  if payload then
+    redis.call('SET', payload_key(PREFIX, job['id']), payload)
+  end
+  redis.call('SADD', K_MODELS, job['model'])
+  return key
+end
+
+-- Create the item's job (or group with its children) after submit_check
+-- admitted it; returns its id.
+local function submit_create(item)
+  local spec = item.spec
+  local jobs = spec['jobs']
+  local n = #jobs
+  local tenant = item.tenant
+  -- First write: INCR is DENYOOM, so under OOM nothing below happens (and
+  -- in a batch, the first item's INCR comes before any other write).
+  local seq = redis.call('INCR', K_SEQ)
+  redis.call('HINCRBY', K_LIVE, tenant, n)
+  redis.call('INCRBY', K_LIVE_TOTAL, n)
+
+  local root = spec['id']
+  if spec['kind'] == KIND.GROUP then
+    local pkey = submit_new_record(item, spec, seq, KIND.GROUP, ST.QUEUED, '', 0, nil)
+    redis.call('HSET', pkey, 'max_parallel', spec['max_parallel'], 'total', n, 'done', 0,
+      'completed', 0, 'active', 0)
+    emit(root, nil, ST.QUEUED)
+    for i, child in ipairs(jobs) do
+      -- a child takes its sequence number when it is released (to_queued)
+      submit_new_record(item, child, 0, KIND.CHILD, ST.HELD, root, i - 1,
+        ARGV[item.payload_at + i - 1])
+      redis.call('RPUSH', children_key(PREFIX, root), child['id'])
+      redis.call('ZADD', held_key(PREFIX, root), i - 1, child['id'])
+      emit(child['id'], nil, ST.HELD)
+    end
+    release_held(root)
+  else
+    local job = jobs[1]
+    submit_new_record(item, job, seq, KIND.SINGLE, ST.QUEUED, '', 0, ARGV[item.payload_at])
+    local queue_timeout = tonumber(job['queue_timeout']) or 0
+    if queue_timeout > 0 then
+      redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, root)
+    end
+    redis.call('ZADD', queue_key(PREFIX, job['model'], spec['priority']), seq, root)
+    emit(root, nil, ST.QUEUED)
+    notify('r', job['model'])
+  end
+  notify('j', root)
+
+  if item.idem then
+    redis.call('SET', item.idem, item.fingerprint .. ' ' .. root)
+    redis.call('HSET', jk(root), 'idem_ref', item.idem)
+  end
+  return root
+end

@@ -1,0 +1,114 @@
+--[[
+  BatchSubmit: many submits in one atomic step, all or nothing.
+
+  Input:
+    KEYS[1..10]   the transition keys (see includes/common.lua)
+    KEYS[11..]    the idempotency key (string "<fingerprint> <job id>") of
+                  each keyed item, in item order; an item names its own
+                  (its "key" field below)
+    KEYS[last]    this call's operation key (includes/once.lua)
+    ARGV[1..3]    prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]       max_live_per_tenant
+    ARGV[5]       max_live_total
+    ARGV[6]       max_group_children
+    ARGV[7]       N, the number of items
+    ARGV[8..7+N]  one JSON item each: submit.lua's spec (ARGV[9] there) plus
+                  tenant, fingerprint ("" when unkeyed) and key (the KEYS
+                  index of its idempotency key, 0 when unkeyed)
+    ARGV[8+N..]   the payloads: item 1's (one per spec.jobs entry, in
+                  order), then item 2's, ...
+
+  Keys built from the prefix: the job hashes, payloads, children list, held
+  set, ready queue of each model (includes/submit.lua, shared with
+  submit.lua).
+
+  Every item is checked first, in order, as submit.lua checks one (an item
+  may reuse the job an earlier item of the batch creates; admission counts
+  the earlier items' jobs); only if none is refused is anything written.
+
+  Output:
+    {1, {reused (0|1), ...}, {snapshot, ...}}  one entry per item, in order
+    a resend of a call that created jobs: the first run's answer, from the
+    current records
+    {-4, i}  IDEMPOTENCY_KEY_REUSED: item i (0-based) reuses a key (held, or
+             taken by an earlier item) with another fingerprint
+    {-5, i}  QUOTA_EXCEEDED: item i would pass the tenant's live cap
+    {-6, i}  QUEUE_FULL: item i would pass the total live cap
+    {-7, i}  INVALID_CHILDREN: item i is a group with no children or too many
+    OOM error (redis): the first write (INCR) is refused before any change
+
+  Transitions: as submit.lua, for each created item: none -> QUEUED (single,
+  group parent); none -> HELD -> QUEUED (children, up to max_parallel).
+  Events: one per transition. Publishes "r <model>" and "j <id>".
+]]
+--- @include "keys"
+--- @include "policy"
+--- @include "snapshot"
+--- @include "common"
+--- @include "once"
+--- @include "submit"
+
+-- The answer from each item's job id and reused flag, read after every write.
+local function reply(ids, reused)
+  local snapshots = {}
+  for i = 1, #ids do
+    snapshots[i] = snapshot(PREFIX, ids[i])
+  end
+  return {1, reused, snapshots}
+end
+
+local recorded = op_recorded()
+if recorded then
+  local ids, reused = {}, {}
+  for flag, id in string.gmatch(recorded, '(%d):(%S+)') do
+    ids[#ids + 1] = id
+    reused[#reused + 1] = tonumber(flag)
+  end
+  return reply(ids, reused)
+end
+
+local caps = {per_tenant = tonumber(ARGV[4]), total = tonumber(ARGV[5]),
+  children = tonumber(ARGV[6])}
+local count = tonumber(ARGV[7])
+
+-- Check every item before writing anything.
+local items, verdicts = {}, {}
+local pending = submit_pending()
+local payload_at = 8 + count
+for i = 1, count do
+  local spec = cjson.decode(ARGV[7 + i])
+  local key = tonumber(spec['key']) or 0
+  local item = {
+    tenant = spec['tenant'],
+    fingerprint = spec['fingerprint'],
+    idem = key > 0 and KEYS[key] or nil,
+    spec = spec,
+    payload_at = payload_at,
+  }
+  payload_at = payload_at + #spec['jobs']
+  local verdict = submit_check(item, caps, pending, i)
+  if verdict and type(verdict[1]) == 'number' then
+    return {verdict[1], i - 1}
+  end
+  items[i], verdicts[i] = item, verdict
+end
+
+-- Then write, in order.
+local ids, reused, parts = {}, {}, {}
+local created = false
+for i = 1, count do
+  local verdict = verdicts[i]
+  if verdict == nil then
+    ids[i], reused[i] = submit_create(items[i]), 0
+    created = true
+  elseif verdict[1] == REUSE_JOB then
+    ids[i], reused[i] = verdict[2], 1
+  else
+    ids[i], reused[i] = ids[verdict[2]], 1
+  end
+  parts[i] = reused[i] .. ':' .. ids[i]
+end
+if created then
+  op_record(table.concat(parts, ' '))
+end
+return reply(ids, reused)
