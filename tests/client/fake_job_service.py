@@ -110,6 +110,15 @@ class FakeJobService(job_service_pb2_grpc.JobServiceServicer):
         default = job_service_pb2.SubmitResponse(job=job(model=request.job.model))
         return await self._step("Submit", request, context, default)
 
+    async def BatchSubmit(self, request: Any, context: Any) -> Any:
+        default = job_service_pb2.BatchSubmitResponse(
+            responses=[
+                job_service_pb2.SubmitResponse(job=job(f"01JOB{i}", model=item.job.model))
+                for i, item in enumerate(request.requests)
+            ]
+        )
+        return await self._step("BatchSubmit", request, context, default)
+
     async def Get(self, request: Any, context: Any) -> Any:
         default = job_service_pb2.GetResponse(job=job(request.job_id))
         return await self._step("Get", request, context, default)

@@ -79,3 +79,20 @@ async def test_the_sync_client_works_against_the_server(server: Deployment, mode
     done = await asyncio.to_thread(submit_and_cancel)
 
     assert done.status == job_pb2.JOB_STATUS_CANCELLED
+
+
+async def test_batch_submit_against_the_server_reuses_keyed_items(
+    server: Deployment, model: str
+) -> None:
+    key = f"key-{uuid.uuid4().hex}"
+    batch = [
+        job_service_pb2.SubmitRequest(idempotency_key=key, job=job_spec(model, b"x")),
+        job_service_pb2.SubmitRequest(job=job_spec(model, b"y")),
+    ]
+    async with JobClient(server.job_target) as client:
+        first = await client.batch_submit(batch)
+        again = await client.batch_submit([batch[0]])
+
+    assert [response.reused for response in first] == [False, False]
+    assert again[0].reused
+    assert again[0].job.id == first[0].job.id
