@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from store import IdempotencyKeyReused, InvalidRequest, QueueFull, QuotaExceeded, Store
@@ -9,7 +11,7 @@ from store.model import GroupSpec, JobKind, JobStatus, Priority, SubmitRequest
 from tests.store.conftest import MODEL, TENANT, MakeStore, claim_one, spec, submit_one
 
 
-def item(key: str = "", *, tenant: str = TENANT, **fields: object) -> SubmitRequest:
+def item(key: str = "", *, tenant: str = TENANT, **fields: Any) -> SubmitRequest:
     return SubmitRequest(tenant=tenant, work=spec(**fields), idempotency_key=key)
 
 
