@@ -14,6 +14,7 @@ import base64
 import json
 import mimetypes
 import os
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -327,8 +328,11 @@ def _child(
     )
 
 
-def read_batch(path: str, default_model: str | None) -> list[job_service_pb2.SubmitRequest]:
-    """One SubmitRequest per JSON line: a child's fields, plus priority and idempotency_key."""
+def read_batch(
+    path: str, default_model: str | None
+) -> list[tuple[int, job_service_pb2.SubmitRequest]]:
+    """One SubmitRequest per JSON line (a child's fields, plus priority and
+    idempotency_key), each with its line number; blank lines are skipped."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as error:
@@ -345,22 +349,41 @@ def read_batch(path: str, default_model: str | None) -> list[job_service_pb2.Sub
         priority = str(item.get("priority", "batch"))
         if priority.lower() not in PRIORITIES:
             raise UsageError(f"{path}: line {number}: unknown priority {priority!r}")
-        requests.append(
-            job_service_pb2.SubmitRequest(
-                idempotency_key=str(item.get("idempotency_key", "")),
-                priority=priority_value(priority),
-                job=spec,
-            )
+        request = job_service_pb2.SubmitRequest(
+            idempotency_key=str(item.get("idempotency_key", "")),
+            priority=priority_value(priority),
+            job=spec,
         )
+        requests.append((number, request))
     if not requests:
         raise UsageError(f"{path}: no jobs (one JSON object a line)")
     return requests
 
 
+_ITEM = re.compile(r"requests\[(\d+)\]")
+
+
+def _refused_line(error: JobgateError, lines: list[int]) -> int | None:
+    """The line of the batch file whose item the server refused, if it named one."""
+    for violation in error.field_violations:
+        match = _ITEM.match(violation.field)
+        if match and int(match.group(1)) < len(lines):
+            return lines[int(match.group(1))]
+    return None
+
+
 async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
     if args.wait:
         raise UsageError("--wait follows one job; use jobgate watch ID for each of a batch")
-    responses = await client.batch_submit(read_batch(args.batch, args.model))
+    numbered = read_batch(args.batch, args.model)
+    try:
+        responses = await client.batch_submit([request for _, request in numbered])
+    except JobgateError as error:
+        line = _refused_line(error, [number for number, _ in numbered])
+        if line is None:
+            raise
+        # Nothing was created; point at the line to fix, not at an item index.
+        return _fail(f"{args.batch}: line {line}: {error}", EXIT_RPC)
     if args.json:
         batch = job_service_pb2.BatchSubmitResponse(responses=responses)
         _print_json(batch)

@@ -146,6 +146,47 @@ def test_group_from_jsonl_runs_every_child(cli: Cli, tmp_path: Path) -> None:
     assert shown.count("COMPLETED") == 4  # the parent and its three children
 
 
+def test_batch_from_jsonl_submits_every_line_in_order(cli: Cli, tmp_path: Path) -> None:
+    batch = tmp_path / "batch.jsonl"
+    lines = [json.dumps({"model": "cli-echo", "data": f"item {i}"}) for i in range(3)]
+    batch.write_text("\n".join(lines) + "\n")
+
+    result = cli.run("submit", "--batch", str(batch), "--json")
+
+    assert result.returncode == 0, result.stderr
+    responses = json.loads(result.stdout)["responses"]
+    assert len(responses) == 3
+    for response in responses:
+        assert cli.run("watch", response["job"]["id"]).returncode == 0
+    results = [cli.run("get", response["job"]["id"]).stdout for response in responses]
+    assert [text.rstrip().endswith(f"item {i}") for i, text in enumerate(results)] == [True] * 3
+
+
+def test_a_batch_line_the_server_refuses_is_reported_by_line_number(
+    cli: Cli, tmp_path: Path
+) -> None:
+    batch = tmp_path / "batch.jsonl"
+    good = json.dumps({"model": "cli-echo", "data": "x"})
+    batch.write_text(f"{good}\n\n{json.dumps({'model': 'Not-A-Model'})}\n")
+
+    result = cli.run("submit", "--batch", str(batch))
+
+    assert result.returncode == 3
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"jobgate: error: {batch}: line 3: ")
+    assert "requests[1].job.model" in result.stderr
+
+
+def test_a_batch_line_that_is_not_json_is_a_usage_error_naming_it(cli: Cli, tmp_path: Path) -> None:
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text('{"model": "cli-echo"}\n{oops\n')
+
+    result = cli.run("submit", "--batch", str(batch))
+
+    assert result.returncode == 2
+    assert f"{batch}: line 2 is not JSON" in result.stderr
+
+
 def test_an_unknown_job_is_one_line_on_stderr_and_exit_3(cli: Cli) -> None:
     result = cli.run("get", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
 

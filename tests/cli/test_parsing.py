@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobgate.cli import build_parser
-from jobgate.cli._client import UsageError, parse_labels, read_group
+from jobgate.cli._client import UsageError, parse_labels, read_batch, read_group
 from jobgate.cli._render import ProgressLine, progress_bar, status_text
 from jobgate.v1 import job_pb2
 
@@ -67,6 +67,37 @@ def test_group_file_may_be_json_lines_with_binary_payloads(tmp_path: Path) -> No
 def test_a_malformed_group_file_is_a_usage_error(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         read_group(write(tmp_path, "g.json", text), None)
+
+
+def test_batch_file_is_one_submit_per_line_with_its_line_number(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"model": "a", "data": "x", "idempotency_key": "k1"}),
+        "",
+        json.dumps({"data": "y", "priority": "interactive"}),
+    ]
+    path = write(tmp_path, "b.jsonl", "\n".join(lines) + "\n")
+
+    (first_line, first), (second_line, second) = read_batch(path, "default-model")
+
+    assert (first_line, first.idempotency_key, first.job.model) == (1, "k1", "a")
+    assert (second_line, second.job.model, second.job.payload) == (3, "default-model", b"y")
+    assert second.priority == job_pb2.PRIORITY_INTERACTIVE
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"model": "a"}\nnot json\n', "line 2 is not JSON"),
+        ('{"model": "a"}\n\n{"data": "x"}\n', "line 3: no model"),
+        ('{"model": "a", "priority": "urgent"}\n', "line 1: unknown priority"),
+        ("\n\n", "no jobs"),
+    ],
+)
+def test_a_bad_batch_line_is_a_usage_error_naming_its_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        read_batch(write(tmp_path, "b.jsonl", text), None)
 
 
 def test_labels_are_key_value_pairs() -> None:
