@@ -160,6 +160,16 @@ class Api:
         self.submitted.append(response.job.id)
         return response
 
+    async def batch_submit(
+        self, *requests: job_service_pb2.SubmitRequest
+    ) -> list[job_service_pb2.SubmitResponse]:
+        batch = job_service_pb2.BatchSubmitRequest(requests=requests)
+        response: job_service_pb2.BatchSubmitResponse = await self.jobs.BatchSubmit(
+            batch, metadata=self.client_metadata, timeout=CALL_TIMEOUT
+        )
+        self.submitted.extend(item.job.id for item in response.responses)
+        return list(response.responses)
+
     async def submit(
         self,
         model: str,

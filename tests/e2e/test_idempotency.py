@@ -113,3 +113,29 @@ async def test_a_different_group_with_the_same_key_is_already_exists(api: Api, m
 
     assert failure.code == grpc.StatusCode.ALREADY_EXISTS, failure
     assert failure.reason == "IDEMPOTENCY_KEY_REUSED"
+
+
+async def test_a_batch_item_reuses_the_job_of_an_earlier_submit(api: Api, model: str) -> None:
+    first = await api.submit_request(request(model, "key-1"))
+
+    responses = await api.batch_submit(request(model, "key-2"), request(model, "key-1"))
+
+    assert [response.reused for response in responses] == [False, True]
+    assert responses[1].job.id == first.job.id
+    assert len(await api.claim([model], max_jobs=5)) == 2
+
+
+async def test_a_batch_item_reusing_a_key_for_another_request_creates_nothing(
+    api: Api, model: str
+) -> None:
+    await api.submit_request(request(model, "key-1", b"one"))
+
+    failure = await failure_of(
+        api.batch_submit(request(model, "key-2"), request(model, "key-1", b"two"))
+    )
+
+    assert failure.code == grpc.StatusCode.ALREADY_EXISTS, failure
+    assert failure.reason == "IDEMPOTENCY_KEY_REUSED"
+    assert len(await api.claim([model], max_jobs=5)) == 1
+    again = await api.submit_request(request(model, "key-2", b"other"))
+    assert not again.reused  # the refused batch took no key
