@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -12,8 +13,10 @@ from jobgate.v1 import worker_service_pb2 as pb
 from jobgate.v1 import worker_service_pb2_grpc
 from serving.auth import Role
 from serving.context import Serving
-from serving.convert import job_to_proto
+from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
+from store.errors import JobCancelled, JobNotFound, LeaseLost
+from store.model import ClaimedJob, Job
 from worker_server import convert, validate
 
 log = logging.getLogger("jobgate.worker_server")
@@ -37,16 +40,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> pb.ClaimNextResponse:
         self._authorize(context)
         validate.claim_next(request)
-        models = list(dict.fromkeys(request.models))
-        claim = self._store.claim(
-            request.worker_id, models, request.max_jobs or 1, _wait(request, context)
-        )
-        finished, claimed = await self._serving.lifecycle.unless_draining(claim)
-        if not finished or not claimed:
-            return pb.ClaimNextResponse()  # nothing came, or the server is draining
-        self._serving.metrics.claimed(claimed)
-        for item in claimed:
-            log.info("job claimed", extra=job_fields(item.job, worker_id=request.worker_id))
+        wait = _wait(request, context)
+        claimed = await self._claim(request.worker_id, request.models, request.max_jobs or 1, wait)
         return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
 
     async def Heartbeat(
@@ -64,6 +59,61 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> pb.SetResultResponse:
         self._authorize(context)
         validate.set_result(request, self._serving.settings.max_payload_bytes)
+        job = await self._record(request)
+        return pb.SetResultResponse(job=job_to_proto(job))
+
+    async def ReportAndClaim(
+        self, request: pb.ReportAndClaimRequest, context: Context
+    ) -> pb.ReportAndClaimResponse:
+        self._authorize(context)
+        validate.report_and_claim(request, self._serving.settings.max_payload_bytes)
+        response = pb.ReportAndClaimResponse()
+        for result in request.results:
+            response.results.add(job_id=result.job_id, outcome=await self._report(result))
+        for beat in request.heartbeats:
+            response.heartbeats.append(await self._beat(beat))
+        if request.max_jobs > 0:
+            # A heartbeat's answer (cancel_requested) must not wait for a job.
+            wait = timedelta(0) if request.heartbeats else _wait(request, context)
+            claimed = await self._claim(request.worker_id, request.models, request.max_jobs, wait)
+            response.jobs.extend(convert.claimed_job(item) for item in claimed)
+        return response
+
+    async def _claim(
+        self, worker_id: str, models: Sequence[str], max_jobs: int, wait: timedelta
+    ) -> list[ClaimedJob]:
+        claim = self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait)
+        finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        if not finished or not claimed:
+            return []  # nothing came, or the server is draining
+        self._serving.metrics.claimed(claimed)
+        for item in claimed:
+            log.info("job claimed", extra=job_fields(item.job, worker_id=worker_id))
+        return claimed
+
+    async def _report(self, request: pb.SetResultRequest) -> pb.ReportOutcome.ValueType:
+        try:
+            await self._record(request)
+        except Refused as refused:
+            return _refusal(refused)
+        return pb.REPORT_OUTCOME_APPLIED
+
+    async def _beat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatAnswer:
+        answer = pb.HeartbeatAnswer(job_id=request.job_id)
+        try:
+            result = await self._store.heartbeat(
+                request.job_id, request.lease_id, request.progress, request.stage
+            )
+        except Refused as refused:
+            answer.outcome = _refusal(refused)
+            answer.cancel_requested = isinstance(refused, JobCancelled)
+            return answer
+        answer.outcome = pb.REPORT_OUTCOME_APPLIED
+        answer.lease_expire_time.CopyFrom(timestamp(result.lease_expire_time))
+        answer.cancel_requested = result.cancel_requested
+        return answer
+
+    async def _record(self, request: pb.SetResultRequest) -> Job:
         recorded = await self._store.record_result(
             request.job_id,
             request.lease_id,
@@ -79,10 +129,23 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         if recorded.applied and job.terminal:
             self._serving.metrics.finished(job)
         log.info("job result", extra=job_fields(job, retryable=request.retryable))
-        return pb.SetResultResponse(job=job_to_proto(job))
+        return job
 
 
-def _wait(request: pb.ClaimNextRequest, context: Context) -> timedelta:
+# A refused report is answered in its own outcome in ReportAndClaim, not as an
+# RPC error; store trouble still fails the whole call.
+Refused = (LeaseLost, JobCancelled, JobNotFound)
+
+
+def _refusal(refused: LeaseLost | JobCancelled | JobNotFound) -> pb.ReportOutcome.ValueType:
+    if isinstance(refused, LeaseLost):
+        return pb.REPORT_OUTCOME_LEASE_LOST
+    if isinstance(refused, JobCancelled):
+        return pb.REPORT_OUTCOME_JOB_CANCELLED
+    return pb.REPORT_OUTCOME_JOB_NOT_FOUND
+
+
+def _wait(request: pb.ClaimNextRequest | pb.ReportAndClaimRequest, context: Context) -> timedelta:
     wait = request.wait.ToTimedelta()
     remaining = context.time_remaining()
     if remaining is not None and wait > timedelta(0):
