@@ -1,10 +1,10 @@
-# One entry point for a newcomer and for CI: `make check`.
+# Two entry points for a newcomer: `make check` (also CI's) tests, `make demo` runs.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY_PACKAGES := jobgate store serving gateway_server worker_server tests bench tools examples
 
-.PHONY: check venv proto test lint typecheck buf-lint clean
+.PHONY: check demo venv proto test lint typecheck buf-lint clean
 
 check: venv lint typecheck test
 
@@ -31,6 +31,10 @@ typecheck: venv
 
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# A job end to end on the embedded store, then on Redis (skipped without redis-server).
+demo: venv
+	VENV_BIN=$(abspath $(BIN)) bash scripts/quickstart.sh
 
 buf-lint:
 	npx --yes @bufbuild/buf lint

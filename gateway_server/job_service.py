@@ -34,9 +34,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
 
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         caller = self._caller(context)
-        validate.submit(
-            request, self._settings.max_payload_bytes, self._settings.max_group_children
-        )
+        validate.submit(request, self._settings)
         submit = convert.submit_request(caller.tenant, request)
         result = await self._store.submit(submit)
         if not result.reused:

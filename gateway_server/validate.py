@@ -10,14 +10,14 @@ from jobgate.v1.limits import (
     MAX_DURATION_SECONDS,
     MAX_IDEMPOTENCY_KEY_BYTES,
 )
+from serving.settings import ServerSettings
 from serving.validation import Violations
 
 _PRIORITIES = tuple(job_pb2.Priority.values())
 
 
-def submit(
-    request: job_service_pb2.SubmitRequest, max_payload_bytes: int, max_group_children: int
-) -> None:
+def submit(request: job_service_pb2.SubmitRequest, settings: ServerSettings) -> None:
+    """Refuse a request that is malformed or can never fit the server's caps."""
     v = Violations()
     v.printable_ascii(
         "idempotency_key", request.idempotency_key, MAX_IDEMPOTENCY_KEY_BYTES, required=False
@@ -25,12 +25,22 @@ def submit(
     v.enum("priority", request.priority, _PRIORITIES, "PRIORITY_*")
     work = request.WhichOneof("work")
     if work == "job":
-        _spec(v, "job", request.job, max_payload_bytes)
+        _spec(v, "job", request.job, settings.max_payload_bytes)
     elif work == "group":
-        _group(v, request.group, max_payload_bytes, max_group_children)
+        _group(v, request.group, settings.max_payload_bytes, _max_children(settings))
     else:
         v.add("work", "one of job or group is required")
     v.raise_if_any()
+
+
+def _max_children(settings: ServerSettings) -> int:
+    """The largest group that can ever be admitted.
+
+    Each child counts as one live job, so a group over --max-live-per-tenant
+    or --max-live-total would get RESOURCE_EXHAUSTED with RetryInfo forever:
+    DESIGN wants INVALID_ARGUMENT for a request that can never fit.
+    """
+    return min(settings.max_group_children, settings.max_live_per_tenant, settings.max_live_total)
 
 
 def _group(v: Violations, group: job_pb2.GroupSpec, max_payload: int, max_children: int) -> None:

@@ -20,11 +20,12 @@ from jobgate.client import (
     status_name,
 )
 from jobgate.errors import (
-    CancelledError,
+    CallCancelledError,
     DeadlineExceededError,
     FailedPreconditionError,
     FieldViolation,
     IdempotencyKeyReusedError,
+    InternalError,
     InvalidArgumentError,
     JobCancelledError,
     JobgateError,
@@ -38,16 +39,18 @@ from jobgate.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from jobgate.errors import deprecated_alias as _deprecated_alias
 from jobgate.worker import JobContext
 
 __all__ = [
     "TERMINAL_STATUSES",
-    "CancelledError",
+    "CallCancelledError",
     "ConnectionConfig",
     "DeadlineExceededError",
     "FailedPreconditionError",
     "FieldViolation",
     "IdempotencyKeyReusedError",
+    "InternalError",
     "InvalidArgumentError",
     "JobCancelledError",
     "JobClient",
@@ -69,3 +72,11 @@ __all__ = [
     "new_idempotency_key",
     "status_name",
 ]
+
+
+def __getattr__(name: str) -> type[JobgateError]:
+    """Old names (`CancelledError`), still importable with a DeprecationWarning."""
+    try:
+        return _deprecated_alias(name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

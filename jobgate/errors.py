@@ -8,23 +8,39 @@ keeping the reason, metadata, retry delay and field violations.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-ERROR_DOMAIN = "jobgate.dev"
+from jobgate.v1.errors import ERROR_DOMAIN, FieldViolation, Reason
 
-
-@dataclass(frozen=True)
-class FieldViolation:
-    """One bad request field, as the server named it."""
-
-    field: str
-    description: str
+__all__ = [
+    "ERROR_DOMAIN",
+    "CallCancelledError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "FieldViolation",
+    "IdempotencyKeyReusedError",
+    "InternalError",
+    "InvalidArgumentError",
+    "JobCancelledError",
+    "JobNotFoundError",
+    "JobgateError",
+    "LeaseLostError",
+    "PermissionDeniedError",
+    "QueueFullError",
+    "QuotaExceededError",
+    "Reason",
+    "ResourceExhaustedError",
+    "RetryableError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "error_from_rpc",
+]
 
 
 class JobgateError(Exception):
@@ -151,21 +167,57 @@ class UnauthenticatedError(JobgateError):
     code = grpc.StatusCode.UNAUTHENTICATED
 
 
-class CancelledError(JobgateError):
-    """The call was cancelled on the client side."""
+class InternalError(JobgateError):
+    """The server hit a fault of its own (a bug): not retried, report it."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class CallCancelledError(JobgateError):
+    """The gRPC call was cancelled (status CANCELLED), usually on the client side.
+
+    Not a cancelled job (that is JobCancelledError), and not asyncio's
+    CancelledError, which the old name `CancelledError` shadowed.
+    """
 
     code = grpc.StatusCode.CANCELLED
 
 
+# Old names kept importable, each warning once it is used.
+_DEPRECATED_ALIASES: dict[str, tuple[str, type[JobgateError]]] = {
+    "CancelledError": ("CallCancelledError", CallCancelledError),
+}
+
+
+def deprecated_alias(name: str) -> type[JobgateError]:
+    """The class an old name stands for, with a DeprecationWarning (AttributeError if none)."""
+    if name not in _DEPRECATED_ALIASES:
+        raise AttributeError(name)
+    new_name, cls = _DEPRECATED_ALIASES[name]
+    warnings.warn(
+        f"jobgate.{name} is deprecated (it shadows asyncio.CancelledError); use jobgate.{new_name}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return cls
+
+
+def __getattr__(name: str) -> type[JobgateError]:
+    try:
+        return deprecated_alias(name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
 _BY_REASON: dict[str, type[JobgateError]] = {
-    "JOB_NOT_FOUND": JobNotFoundError,
-    "IDEMPOTENCY_KEY_REUSED": IdempotencyKeyReusedError,
-    "LEASE_LOST": LeaseLostError,
-    "JOB_CANCELLED": JobCancelledError,
-    "TENANT_QUOTA_EXCEEDED": QuotaExceededError,
-    "QUEUE_FULL": QueueFullError,
-    "STORE_UNAVAILABLE": UnavailableError,
-    "SHUTTING_DOWN": UnavailableError,
+    Reason.JOB_NOT_FOUND: JobNotFoundError,
+    Reason.IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReusedError,
+    Reason.LEASE_LOST: LeaseLostError,
+    Reason.JOB_CANCELLED: JobCancelledError,
+    Reason.TENANT_QUOTA_EXCEEDED: QuotaExceededError,
+    Reason.QUEUE_FULL: QueueFullError,
+    Reason.STORE_UNAVAILABLE: UnavailableError,
+    Reason.SHUTTING_DOWN: UnavailableError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[JobgateError]] = {
@@ -178,7 +230,8 @@ _BY_CODE: dict[grpc.StatusCode, type[JobgateError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
-    grpc.StatusCode.CANCELLED: CancelledError,
+    grpc.StatusCode.CANCELLED: CallCancelledError,
+    grpc.StatusCode.INTERNAL: InternalError,
 }
 
 
@@ -204,7 +257,8 @@ def error_from_rpc(error: grpc.RpcError) -> JobgateError:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
-            reason, metadata = info.reason, dict(info.metadata)
+            if info.domain == ERROR_DOMAIN:
+                reason, metadata = info.reason, dict(info.metadata)
         elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
             detail.Unpack(retry)

@@ -43,35 +43,6 @@ def transition_fields(event: JobEvent) -> dict[str, object]:
     return fields
 
 
-async def _has_events_after(store: Store, position: int) -> bool:
-    return bool(await store.events(after=str(position), count=1))
-
-
-async def newest_event_id(store: Store) -> str:
-    """The position of the newest audit event ("0" when there is none).
-
-    Both stores order positions by their first number ("N" in LocalStore,
-    "ms-seq" in Redis) and read `after="N"` as after N-0, so a binary search
-    over that number finds the tail in O(log) reads of one event each,
-    instead of reading the whole (up to events_max_length) stream.
-    """
-    if not await _has_events_after(store, 0):
-        return "0"
-    low, high = 0, 1  # events after `low`, none after `high`, once found
-    while await _has_events_after(store, high):
-        low, high = high, high * 2
-    while high - low > 1:
-        middle = (low + high) // 2
-        if await _has_events_after(store, middle):
-            low = middle
-        else:
-            high = middle
-    cursor = str(low)  # what is left shares the first number: page to the end
-    while batch := await store.events(after=cursor, count=1000):
-        cursor = batch[-1].id
-    return cursor
-
-
 async def _unless_stopped(stop: asyncio.Event, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
     """(True, result), or (False, None) when `stop` was set first (the call is cancelled)."""
     work = asyncio.ensure_future(awaitable)
@@ -133,7 +104,7 @@ class AuditLog:
         """Read and log one batch; False when the store failed (logged once per outage)."""
         try:
             if self.cursor is None:
-                self.cursor = await newest_event_id(self._store)
+                self.cursor = await self._store.newest_event_id()
                 log.info("audit log following", extra={"after": self.cursor})
             read = self._store.events(after=self.cursor, count=BATCH, block=self._block)
             finished, events = await _unless_stopped(stop, read)

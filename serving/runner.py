@@ -29,7 +29,7 @@ from serving.auth import Authenticator, AuthFileError
 from serving.background import Recovery, StoreProbe
 from serving.context import Serving
 from serving.grpc_server import ServerStartError
-from serving.instrumented import InstrumentedStore
+from serving.instrumented import count_store_errors
 from serving.metrics import Metrics
 from serving.settings import Address, ServerSettings
 from store import StoreError, open_store
@@ -111,7 +111,7 @@ class Process:
         except AuthFileError as error:
             raise StartError(str(error)) from None
         metrics = Metrics()
-        store = InstrumentedStore(await open_configured_store(self.settings), metrics)
+        store = count_store_errors(await open_configured_store(self.settings), metrics)
         try:
             self.serving = Serving(self.settings, store, auth, metrics)
             return await self._serve(self.serving)

@@ -3,6 +3,8 @@
 Flags are read as strings by argparse and converted here, so a bad value is
 one line naming the flag (argparse would print usage plus a second line).
 The result is one frozen `ServerSettings`, built once in main and passed down.
+Each default is written once (the store's in `StoreSettings`, the rest in
+`ServerSettings`) and every flag's help text quotes it from there.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from jobgate._logs import LOG_FORMATS, LOG_LEVELS
+from jobgate.v1.limits import MAX_ATTEMPTS
+from store.keys import PARTITION_PATTERN
 from store.model import StoreSettings
 
 T = TypeVar("T")
+_STORE = StoreSettings()
 
 
 class SettingsError(ValueError):
@@ -41,17 +46,18 @@ class ServerSettings:
     worker_listen: Address = Address("127.0.0.1", 50052)
     metrics_listen: Address | None = Address("127.0.0.1", 9464)
     auth_file: str | None = None
-    lease_timeout: timedelta = timedelta(seconds=30)
-    max_attempts: int = 3
-    run_timeout: timedelta = timedelta(seconds=3600)
-    result_ttl: timedelta = timedelta(seconds=86400)
-    queue_timeout: timedelta = timedelta(seconds=1800)
+    lease_timeout: timedelta = _STORE.lease_timeout
+    max_attempts: int = _STORE.max_attempts
+    run_timeout: timedelta = _STORE.run_timeout
+    result_ttl: timedelta = _STORE.result_ttl
+    queue_timeout: timedelta = _STORE.queue_timeout
     max_payload_bytes: int = 4 * 1024 * 1024
-    max_group_children: int = 1000
-    max_live_per_tenant: int = 10_000
-    max_live_total: int = 100_000
+    max_group_children: int = _STORE.max_group_children
+    max_live_per_tenant: int = _STORE.max_live_per_tenant
+    max_live_total: int = _STORE.max_live_total
     redis_partition: str = "default"
-    retry_backoff: timedelta = timedelta(seconds=1)
+    retry_backoff: timedelta = _STORE.retry_backoff_base
+    retry_backoff_max: timedelta = _STORE.retry_backoff_max
     grace_period: timedelta = timedelta(seconds=10)
     log_format: str = "text"
     log_level: str = "info"
@@ -70,6 +76,7 @@ class ServerSettings:
             max_live_per_tenant=self.max_live_per_tenant,
             max_live_total=self.max_live_total,
             retry_backoff_base=self.retry_backoff,
+            retry_backoff_max=self.retry_backoff_max,
         )
 
 
@@ -129,8 +136,10 @@ def _non_empty(text: str) -> str:
 
 
 def _partition(text: str) -> str:
-    if not text or any(c in text for c in "{}: ") or not text.isprintable():
-        raise ValueError(f"expected a name without braces, colons or spaces, got {text!r}")
+    # The store's own rule (store/keys.py), checked here so a bad name is
+    # reported against this flag and not, later, against --redis-url.
+    if not PARTITION_PATTERN.fullmatch(text):
+        raise ValueError(f"expected a name matching {PARTITION_PATTERN.pattern}, got {text!r}")
     return text
 
 
@@ -167,37 +176,26 @@ FLAGS: tuple[_Flag, ...] = (
         "HOST:PORT",
     ),
     _Flag("auth_file", _non_empty, "JSON token file; without it the server runs open", "PATH"),
-    _Flag("lease_timeout", parse_seconds, "lease length in seconds (default 30)", "SECONDS"),
-    _Flag("max_attempts", _int_parser(1, 100), "default attempts per job (default 3)", "N"),
-    _Flag("run_timeout", parse_seconds, "default run timeout in seconds (default 3600)", "SECONDS"),
-    _Flag("result_ttl", parse_seconds, "seconds a terminal job is kept (default 86400)", "SECONDS"),
-    _Flag(
-        "queue_timeout", parse_seconds, "default queue timeout in seconds (default 1800)", "SECONDS"
-    ),
-    _Flag(
-        "max_payload_bytes", _int_parser(1, 1 << 30), "payload/result limit (default 4 MiB)", "N"
-    ),
-    _Flag(
-        "max_group_children", _int_parser(1, 1_000_000), "children per group (default 1000)", "N"
-    ),
-    _Flag(
-        "max_live_per_tenant", _int_parser(1, _MAX_INT), "live jobs per tenant (default 10000)", "N"
-    ),
-    _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total (default 100000)", "N"),
-    _Flag(
-        "redis_partition", _partition, "Redis hash tag jobgate:{NAME}: (default 'default')", "NAME"
-    ),
+    _Flag("lease_timeout", parse_seconds, "lease length in seconds", "SECONDS"),
+    _Flag("max_attempts", _int_parser(1, MAX_ATTEMPTS), "default attempts per job", "N"),
+    _Flag("run_timeout", parse_seconds, "default run timeout in seconds", "SECONDS"),
+    _Flag("result_ttl", parse_seconds, "seconds a terminal job is kept", "SECONDS"),
+    _Flag("queue_timeout", parse_seconds, "default queue timeout in seconds", "SECONDS"),
+    _Flag("max_payload_bytes", _int_parser(1, 1 << 30), "payload/result limit in bytes", "N"),
+    _Flag("max_group_children", _int_parser(1, 1_000_000), "children per group", "N"),
+    _Flag("max_live_per_tenant", _int_parser(1, _MAX_INT), "live jobs per tenant", "N"),
+    _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total", "N"),
+    _Flag("redis_partition", _partition, "Redis hash tag jobgate:{NAME}:", "NAME"),
     _Flag(
         "retry_backoff",
         parse_seconds,
-        "base of the retry back-off in seconds (default 1)",
+        "first retry back-off in seconds; doubles per attempt",
         "SECONDS",
     ),
-    _Flag(
-        "grace_period", parse_seconds, "drain time on SIGTERM in seconds (default 10)", "SECONDS"
-    ),
-    _Flag("log_format", _choice_parser(LOG_FORMATS), "text or json (default text)", "FORMAT"),
-    _Flag("log_level", _choice_parser(LOG_LEVELS), "debug, info, warning, error", "LEVEL"),
+    _Flag("retry_backoff_max", parse_seconds, "longest retry back-off in seconds", "SECONDS"),
+    _Flag("grace_period", parse_seconds, "drain time on SIGTERM in seconds", "SECONDS"),
+    _Flag("log_format", _choice_parser(LOG_FORMATS), "one of " + ", ".join(LOG_FORMATS), "FORMAT"),
+    _Flag("log_level", _choice_parser(LOG_LEVELS), "one of " + ", ".join(LOG_LEVELS), "LEVEL"),
     _Flag("tls_cert", _non_empty, "server certificate (PEM) for TLS", "PATH"),
     _Flag("tls_key", _non_empty, "server private key (PEM) for TLS", "PATH"),
     _Flag(
@@ -206,15 +204,36 @@ FLAGS: tuple[_Flag, ...] = (
 )
 
 
+def default_text(value: object) -> str | None:
+    """A value as its flag would spell it; None when there is nothing to show."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _bytes_text(value: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value % size == 0:
+            return f"{value // size} {unit}"
+    return str(value)
+
+
+def help_text(flag: _Flag) -> str:
+    """The flag's help, its default (from ServerSettings) and its env twin."""
+    value = getattr(ServerSettings(), flag.name)
+    is_bytes = flag.name.endswith("_bytes") and isinstance(value, int)
+    default = _bytes_text(value) if is_bytes else default_text(value)
+    shown = f" (default {default})" if default is not None else ""
+    return f"{flag.help}{shown} [env {flag.env}]"
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Every server flag, on every server command (unused ones are ignored)."""
     for flag in FLAGS:
         parser.add_argument(
-            flag.option,
-            dest=flag.name,
-            metavar=flag.metavar,
-            default=None,
-            help=f"{flag.help} [env {flag.env}]",
+            flag.option, dest=flag.name, metavar=flag.metavar, default=None, help=help_text(flag)
         )
 
 
@@ -242,6 +261,11 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
 
 
 def _check_consistent(settings: ServerSettings) -> None:
+    if settings.retry_backoff > settings.retry_backoff_max:
+        raise SettingsError(
+            f"--retry-backoff ({default_text(settings.retry_backoff)} s) must not exceed"
+            f" --retry-backoff-max ({default_text(settings.retry_backoff_max)} s)"
+        )
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise SettingsError("--tls-cert and --tls-key must be given together")
     if settings.tls_client_ca is not None and settings.tls_cert is None:

@@ -4,7 +4,9 @@ Checks collect every violation of a request (`Violations`), then raise one
 `ValidationError`, which the error mapping turns into INVALID_ARGUMENT with
 a `google.rpc.BadRequest` listing them. The limits are the API contract's
 (proto comments) plus the server's --max-payload-bytes and
---max-group-children.
+--max-group-children. A rule that names an input value in a field path
+(a label key) quotes at most MAX_QUOTED_INPUT_BYTES of it (`quote`), so an
+answer stays within gRPC's metadata limit however large the input.
 """
 
 from __future__ import annotations
@@ -15,22 +17,27 @@ from dataclasses import dataclass, field
 
 from google.protobuf import duration_pb2
 
+from jobgate.v1.errors import FieldViolation
 from jobgate.v1.limits import (
     JOB_ID_PATTERN,
     MAX_LABEL_KEY_BYTES,
     MAX_LABEL_VALUE_BYTES,
     MAX_LABELS,
+    MAX_QUOTED_INPUT_BYTES,
     MODEL_PATTERN,
+    clip_utf8,
 )
+
+__all__ = ["MAX_VIOLATIONS_REPORTED", "FieldViolation", "ValidationError", "Violations", "quote"]
 
 # A huge bad group would otherwise list a violation per child.
 MAX_VIOLATIONS_REPORTED = 20
 
 
-@dataclass(frozen=True)
-class FieldViolation:
-    field: str
-    description: str
+def quote(value: str) -> str:
+    """`value` as a Python literal, cut to MAX_QUOTED_INPUT_BYTES (marked with ...)."""
+    clipped = clip_utf8(value, MAX_QUOTED_INPUT_BYTES)
+    return repr(clipped) + ("..." if clipped != value else "")
 
 
 class ValidationError(Exception):
@@ -89,10 +96,11 @@ class Violations:
         if len(labels) > MAX_LABELS:
             self.add(path, f"at most {MAX_LABELS} entries (got {len(labels)})")
         for key, value in labels.items():
+            entry = f"{path}[{quote(key)}]"
             if not 1 <= len(key.encode()) <= MAX_LABEL_KEY_BYTES:
-                self.add(f"{path}[{key!r}]", f"key must be 1 to {MAX_LABEL_KEY_BYTES} bytes")
+                self.add(entry, f"key must be 1 to {MAX_LABEL_KEY_BYTES} bytes")
             if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
-                self.add(f"{path}[{key!r}]", f"value at most {MAX_LABEL_VALUE_BYTES} bytes")
+                self.add(entry, f"value at most {MAX_LABEL_VALUE_BYTES} bytes")
 
     def job_id(self, path: str, value: str) -> None:
         if not value:

@@ -6,12 +6,16 @@ Codes are `google.rpc.Code` values (transport-neutral); the servers map any
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+# The contract spells the domain and reasons in jobgate/v1/errors.py, which
+# the store may not import; tests/servers/test_error_mapping.py holds this
+# copy (ERROR_DOMAIN and each class's `reason`) equal to it.
 ERROR_DOMAIN = "jobgate.dev"
 
 
@@ -117,3 +121,30 @@ class StoreMisconfigured(StoreError):
     """The backing store is set up in a way that could lose jobs (refused at start)."""
 
     code = code_pb2.FAILED_PRECONDITION
+
+
+# Told the operation's name ("get", "set_result"...) each time the backend fails.
+FailureHook = Callable[[str], None]
+
+
+def ignore_failure(operation: str) -> None:
+    """The default FailureHook: nobody counts."""
+
+
+def is_failure(error: BaseException) -> bool:
+    """The backend failed: unreachable, or something that is not a StoreError at all.
+
+    Domain outcomes (JobNotFound, LeaseLost, QuotaExceeded...) are answers.
+    """
+    return isinstance(error, StoreUnavailable) or not isinstance(error, StoreError)
+
+
+@contextlib.contextmanager
+def reporting(on_failure: FailureHook, operation: str) -> Iterator[None]:
+    """Tell `on_failure` about a failure raised inside, then let it propagate."""
+    try:
+        yield
+    except Exception as error:
+        if is_failure(error):
+            on_failure(operation)
+        raise

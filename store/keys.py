@@ -13,7 +13,8 @@ import re
 
 from store.model import PRIORITIES_IN_CLAIM_ORDER, Priority
 
-_PARTITION = re.compile(r"[A-Za-z0-9._-]{1,64}")
+#: A partition name (the hash tag); the servers check --redis-partition with it.
+PARTITION_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 # Per-job key suffixes, after `<prefix>job:<id>`.
 _PAYLOAD = ":payload"
@@ -26,8 +27,8 @@ class Keys:
     """Key names for one partition: `jobgate:{<partition>}:...`."""
 
     def __init__(self, partition: str) -> None:
-        if not _PARTITION.fullmatch(partition):
-            raise ValueError(f"partition must match {_PARTITION.pattern}, got {partition!r}")
+        if not PARTITION_PATTERN.fullmatch(partition):
+            raise ValueError(f"partition must match {PARTITION_PATTERN.pattern}, got {partition!r}")
         self.partition = partition
         self.prefix = f"jobgate:{{{partition}}}:"
 

@@ -24,7 +24,9 @@ from datetime import UTC, datetime, timedelta
 
 from ulid import ULID
 
+from store import policy
 from store.errors import (
+    FailureHook,
     IdempotencyKeyReused,
     InvalidRequest,
     JobCancelled,
@@ -33,6 +35,8 @@ from store.errors import (
     QueueFull,
     QuotaExceeded,
     StoreUnavailable,
+    ignore_failure,
+    reporting,
 )
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
@@ -55,6 +59,7 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -290,10 +295,6 @@ def _optional_dt(timestamp: float | None) -> datetime | None:
     return None if timestamp is None else _dt(timestamp)
 
 
-def _seconds(value: timedelta | None, default: timedelta) -> float:
-    return (value if value else default).total_seconds()
-
-
 def _event_number(event_id: str) -> int:
     """Accept "N" (ours) and "N-M" (Redis stream style) positions."""
     try:
@@ -307,6 +308,7 @@ class LocalStore(Store):
 
     def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        self.on_failure: FailureHook = ignore_failure
         self._clock = clock
         self._closed = False
         self._jobs: dict[str, _Record] = {}
@@ -343,12 +345,12 @@ class LocalStore(Store):
         self._wake()
 
     async def ping(self) -> None:
-        self._check_open()
+        self._check_open("ping")
 
     # -- tenant-facing -------------------------------------------------------
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        self._check_open()
+        self._check_open("submit")
         now = self._clock()
         key = request.idempotency_key
         # Only a keyed request is ever compared, so only it pays for the digest.
@@ -373,24 +375,20 @@ class LocalStore(Store):
         return SubmitResult(self._snapshot(record), reused=False)
 
     async def get(self, tenant: str, job_id: str) -> Job:
-        self._check_open()
+        self._check_open("get")
         return self._snapshot(self._visible_record(tenant, job_id))
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
-        self._check_open()
+        self._check_open("payload")
         return self._visible_record(tenant, job_id).payload
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
-        self._check_open()
+        self._check_open("list_children")
         record = self._visible_record(tenant, job_id)
         return [self._snapshot(self._jobs[child]) for child in record.children]
 
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        self._check_open()
-        return self._position(self._visible_record(tenant, job_id))
-
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        self._check_open()
+        self._check_open("cancel")
         now = self._clock()
         record = self._visible_record(tenant, job_id)
         if record.status in TERMINAL_STATUSES:
@@ -403,7 +401,7 @@ class LocalStore(Store):
         return CancelResult(self._snapshot(record), cancelled=True)
 
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
-        self._check_open()
+        self._check_open("watch")
         self._visible_record(tenant, job_id)
         last: tuple[object, ...] | None = None
         while True:
@@ -412,7 +410,7 @@ class LocalStore(Store):
             if record is None:
                 return
             job = self._snapshot(record)
-            view = _watch_view(job)
+            view = policy.watch_view(job)
             if view != last:
                 last = view
                 yield job
@@ -429,12 +427,14 @@ class LocalStore(Store):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
     ) -> list[ClaimedJob]:
-        self._check_open()
+        self._check_open("claim")
         deadline = time.monotonic() + wait.total_seconds()
-        wanted = list(dict.fromkeys(models))
+        wanted = policy.claim_models(models)
+        if not wanted:
+            return []
         while True:
             claimable = self._claimable
-            claimed = self._claim_now(worker_id, wanted, max(1, max_jobs))
+            claimed = self._claim_now(worker_id, wanted, policy.claim_limit(max_jobs))
             if claimed or self._closed:
                 return claimed
             remaining = deadline - time.monotonic()
@@ -456,7 +456,7 @@ class LocalStore(Store):
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
-        self._check_open()
+        self._check_open("heartbeat")
         now = self._clock()
         record = self._leased(job_id, lease_id)
         if record.status is JobStatus.CANCELLED and record.cancel_requested:
@@ -474,22 +474,14 @@ class LocalStore(Store):
         return HeartbeatResult(_dt(record.lease_deadline), cancel_requested=False)
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        self._check_open()
-        if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        self._check_open("set_result")
+        if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         now = self._clock()
         record = self._leased(job_id, lease_id)
-        outcome: Outcome = (status, retryable, error_code, result)
+        outcome: Outcome = (report.status, report.retryable, report.error_code, report.result)
         if record.status is JobStatus.CANCELLED and record.cancel_requested:
             raise JobCancelled(f"job {job_id} was cancelled", job_id=job_id)
         if record.status is not JobStatus.PROCESSING:
@@ -497,16 +489,17 @@ class LocalStore(Store):
                 return ResultRecorded(self._snapshot(record), applied=False)
             raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
         record.outcome = outcome
-        if status is JobStatus.COMPLETED:
-            record.result = result
-            record.result_content_type = result_content_type
+        if report.status is JobStatus.COMPLETED:
+            record.result = report.result
+            record.result_content_type = report.result_content_type
             record.error_code = record.error_message = ""
             record.progress = 1.0
             self._end(record, JobStatus.COMPLETED, now)
-        elif retryable:
-            self._retry_or_exhaust(record, error_code, error_message, now, backoff=True)
+        elif report.retryable:
+            code, message = report.error_code, report.error_message
+            self._retry_or_exhaust(record, code, message, now, backoff=True)
         else:
-            record.error_code, record.error_message = error_code, error_message
+            record.error_code, record.error_message = report.error_code, report.error_message
             self._end(record, JobStatus.FAILED, now)
         self._wake()
         return ResultRecorded(self._snapshot(record), applied=True)
@@ -514,7 +507,7 @@ class LocalStore(Store):
     # -- operations ----------------------------------------------------------
 
     async def recover(self) -> list[JobEvent]:
-        self._check_open()
+        self._check_open("recover")
         now = self._clock()
         self._captured = []
         try:
@@ -531,7 +524,7 @@ class LocalStore(Store):
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
-        self._check_open()
+        self._check_open("acquire_leadership")
         now = self._clock()
         if self._leader is not None and self._leader[0] != holder and self._leader[1] > now:
             return False
@@ -544,7 +537,7 @@ class LocalStore(Store):
         count: int = 100,
         block: timedelta | None = None,
     ) -> list[JobEvent]:
-        self._check_open()
+        self._check_open("events")
         start = _event_number(after)
         deadline = time.monotonic() + (block.total_seconds() if block else 0.0)
         while True:
@@ -559,12 +552,16 @@ class LocalStore(Store):
             except TimeoutError:
                 return []
 
+    async def newest_event_id(self) -> str:
+        self._check_open("newest_event_id")
+        return self._events[-1].id if self._events else "0"
+
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        self._check_open()
+        self._check_open("queue_depths")
         return {key: len(queue) for key, queue in self._queues.items()}
 
     async def in_flight(self) -> dict[str, int]:
-        self._check_open()
+        self._check_open("in_flight")
         return dict(self._in_flight)
 
     # -- submit --------------------------------------------------------------
@@ -606,10 +603,10 @@ class LocalStore(Store):
         index: int = 0,
     ) -> _Record:
         """A single job (QUEUED) or a group's child (HELD), counted as live."""
-        defaults = self.settings
         key = request.idempotency_key
-        if parent is not None and key:
-            key = f"{key}#{index}"
+        if parent is not None:
+            key = policy.child_key(key, index)
+        effective = policy.limits(spec, self.settings)
         record = _Record(
             id=str(ULID()),
             tenant=request.tenant,
@@ -622,9 +619,9 @@ class LocalStore(Store):
             payload=spec.payload,
             content_type=spec.content_type,
             labels=dict(spec.labels),
-            max_attempts=max(1, spec.max_attempts or defaults.max_attempts),
-            queue_timeout=_seconds(spec.queue_timeout, defaults.queue_timeout),
-            run_timeout=_seconds(spec.run_timeout, defaults.run_timeout),
+            max_attempts=effective.max_attempts,
+            queue_timeout=effective.queue_timeout.total_seconds(),
+            run_timeout=effective.run_timeout.total_seconds(),
             idempotency_key=key,
             parent_id=parent.id if parent else "",
             child_index=index,
@@ -818,23 +815,22 @@ class LocalStore(Store):
         if parent is not None and parent.status is JobStatus.CANCELLED:
             # a running child may finish its attempt after its group was
             # cancelled, but a retry would queue work for a cancelled group
-            record.error_code, record.error_message = ERROR_CANCELLED, "its group was cancelled"
+            record.error_code = ERROR_CANCELLED
+            record.error_message = policy.GROUP_CANCELLED_MESSAGE
             self._end(record, JobStatus.CANCELLED, now)
             return
         if record.attempts >= record.max_attempts:
             record.error_code = ERROR_ATTEMPTS_EXHAUSTED
-            record.error_message = f"{error_code}: {error_message}" if error_message else error_code
+            record.error_message = policy.exhausted_message(error_code, error_message)
             self._end(record, JobStatus.FAILED, now)
             return
         record.error_code, record.error_message = error_code, error_message
         self._transition(record, JobStatus.QUEUED, now)
         self._start_queue_clock(record, now)
         if backoff:
-            base = self.settings.retry_backoff_base.total_seconds()
-            delay = min(
-                base * 2 ** (record.attempts - 1), self.settings.retry_backoff_max.total_seconds()
+            record.ready_at = (
+                now + policy.retry_delay(record.attempts, self.settings).total_seconds()
             )
-            record.ready_at = now + delay
             self._push(self._retries, record.ready_at, record)
         else:
             self._queue_of(record).restore(record.id)
@@ -846,6 +842,7 @@ class LocalStore(Store):
         self._end(record, JobStatus.CANCELLED, now)
 
     def _cancel_group(self, parent: _Record, reason: str, now: float) -> None:
+        parent.cancel_requested = parent.status is JobStatus.PROCESSING
         parent.error_code, parent.error_message = ERROR_CANCELLED, reason
         self._transition(parent, JobStatus.CANCELLED, now)
         parent.end_time = now
@@ -888,16 +885,9 @@ class LocalStore(Store):
             self._finish_group(parent, now)
 
     def _finish_group(self, parent: _Record, now: float) -> None:
-        total = len(parent.children)
-        if parent.completed_children == total:
-            final = JobStatus.COMPLETED
-        elif parent.completed_children == 0:
-            final = JobStatus.FAILED
-        else:
-            final = JobStatus.PARTIAL
-        if final is not JobStatus.COMPLETED:
-            failed = total - parent.completed_children
-            parent.error_message = f"{failed} of {total} children did not complete"
+        final, parent.error_message = policy.group_outcome(
+            len(parent.children), parent.completed_children
+        )
         self._transition(parent, final, now)
         parent.end_time = now
         self._maybe_expire_group(parent, now)
@@ -923,12 +913,12 @@ class LocalStore(Store):
 
     def _recover_run_timeouts(self, now: float) -> None:
         for record in self._runs.due(now, self._jobs):
-            message = f"attempt {record.attempts} ran past its run_timeout"
+            message = policy.RUN_TIMEOUT_MESSAGE.format(attempts=record.attempts)
             self._retry_or_exhaust(record, ERROR_RUN_TIMEOUT, message, now, backoff=True)
 
     def _recover_leases(self, now: float) -> None:
         for record in self._leases.due(now, self._jobs):
-            message = f"lease of attempt {record.attempts} expired"
+            message = policy.LEASE_EXPIRED_MESSAGE.format(attempts=record.attempts)
             self._retry_or_exhaust(record, ERROR_LEASE_EXPIRED, message, now, backoff=False)
 
     def _recover_retries(self, now: float) -> bool:
@@ -943,7 +933,7 @@ class LocalStore(Store):
     def _recover_queue_timeouts(self, now: float) -> None:
         for record in self._queue_waits.due(now, self._jobs):
             record.error_code = ERROR_QUEUE_TIMEOUT
-            record.error_message = "queued longer than its queue_timeout"
+            record.error_message = policy.QUEUE_TIMEOUT_MESSAGE
             self._end(record, JobStatus.FAILED, now)
 
     def _recover_expiries(self, now: float) -> None:
@@ -1041,9 +1031,18 @@ class LocalStore(Store):
 
     # -- plumbing ------------------------------------------------------------
 
-    def _check_open(self) -> None:
+    def _check_open(self, operation: str) -> None:
+        """Every public method starts here, naming its operation.
+
+        A closed store is the one failure LocalStore has; it is reported to
+        `on_failure` (store error metrics) before it is raised.
+        """
+        with reporting(self.on_failure, operation):
+            self._refuse_if_closed(operation)
+
+    def _refuse_if_closed(self, operation: str) -> None:
         if self._closed:
-            raise StoreUnavailable("the store is closed")
+            raise StoreUnavailable(f"{operation}: the store is closed")
 
     def _wake(self) -> None:
         """Wake watchers and event readers; claimers too when jobs became claimable."""
@@ -1053,9 +1052,3 @@ class LocalStore(Store):
             self._claimable_pending = False
             ready, self._claimable = self._claimable, asyncio.Event()
             ready.set()
-
-
-def _watch_view(job: Job) -> tuple[object, ...]:
-    """What makes a new watch snapshot worth sending."""
-    children = tuple((child.id, child.status) for child in job.children)
-    return (job.status, job.progress, job.stage, job.queue_position, children)

@@ -232,6 +232,18 @@ class HeartbeatResult:
 
 
 @dataclass(frozen=True)
+class ResultReport:
+    """How a worker says an attempt ended (SetResult): COMPLETED, FAILED, or FAILED+retryable."""
+
+    status: JobStatus
+    result: bytes = b""
+    result_content_type: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
 class ResultRecorded:
     """What record_result did: `applied` is False for a repeat after a lost answer."""
 

@@ -55,7 +55,8 @@ Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
 * Audit: every status transition appends a `JobEvent` in the same atomic step;
   the stream is capped near `events_max_length`.
 * Failures of the backing store raise `StoreUnavailable`, never an empty
-  answer.
+  answer, and are reported to `on_failure` under the method's name
+  (`record_result` as "set_result").
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
+from store.errors import FailureHook
 from store.model import (
     CancelResult,
     ClaimedJob,
@@ -73,6 +75,7 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
@@ -83,6 +86,10 @@ class Store(Protocol):
     """Durable job state. Every method is one atomic transition or a read."""
 
     settings: StoreSettings
+    # Called with the operation's name ("get", "set_result", "watch"...) each
+    # time the backend fails (`store.errors.is_failure`): the servers set it
+    # to count jobgate_store_errors_total. Defaults to ignoring.
+    on_failure: FailureHook
 
     async def open(self) -> None:
         """Connect and check the backend (RedisStore refuses an evicting policy)."""
@@ -100,13 +107,15 @@ class Store(Protocol):
         """The job's snapshot, with queue_position while QUEUED and a group's children."""
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
-        """The job's input bytes (kept apart from the record)."""
+        """The job's input bytes (kept apart from the record).
+
+        No production caller (claim hands the payload to the worker): the
+        contract suite needs it to show the payload is stored byte for byte
+        and expires with its job, which no other read shows.
+        """
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
         """A group's children in index order (empty for other kinds)."""
-
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        """Jobs the same workers claim before this one; None unless QUEUED. O(log N)."""
 
     async def claim(
         self,
@@ -138,28 +147,21 @@ class Store(Protocol):
         error_message: str = "",
         retryable: bool = False,
     ) -> Job:
-        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
+        """record_result spelled inline, answering the job only.
 
-        Stores that subclass Store inherit this: it is record_result without the flag.
+        No production caller (WorkerService calls record_result): tests and
+        tools use it to end attempts in one line. Stores that subclass Store
+        inherit it.
         """
-        recorded = await self.record_result(
-            job_id, lease_id, status, result, result_content_type, error_code, error_message,
-            retryable,
-        )  # fmt: skip
-        return recorded.job
+        report = ResultReport(
+            status, result, result_content_type, error_code, error_message, retryable
+        )
+        return (await self.record_result(job_id, lease_id, report)).job
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        """set_result, also saying whether this call changed the job.
+        """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
 
         `applied` is False for a repeat (same lease and outcome) that returned
         the stored job unchanged, so callers count each outcome once.
@@ -195,6 +197,12 @@ class Store(Protocol):
         """Audit events after stream position `after` ("0" = from the start).
 
         With `block`, waits up to that long for the first new event.
+        """
+
+    async def newest_event_id(self) -> str:
+        """The position of the newest audit event ("0" when there is none). O(1).
+
+        Passed as `after` to `events`, it reads only events appended later.
         """
 
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:

@@ -33,7 +33,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
 from store.codes import error_for
-from store.errors import InvalidRequest, QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
+from store.errors import (
+    FailureHook,
+    InvalidRequest,
+    QueueFull,
+    StoreError,
+    StoreMisconfigured,
+    StoreUnavailable,
+    ignore_failure,
+    reporting,
+)
 from store.keys import Keys
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
@@ -48,10 +57,12 @@ from store.model import (
     JobStatus,
     Priority,
     ResultRecorded,
+    ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
 )
+from store.policy import child_key, claim_limit, claim_models, limits, watch_view
 from store.protocol import Store
 from store.redis_codec import (
     claimed_from_reply,
@@ -74,7 +85,6 @@ CONNECT_TIMEOUT = 0.5
 SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
-MAX_CLAIM = 64
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -120,6 +130,7 @@ class RedisStore(Store):
 
     def __init__(self, url: str, settings: StoreSettings, partition: str = "default") -> None:
         self.settings = settings
+        self.on_failure: FailureHook = ignore_failure
         self.url = url
         self.keys = Keys(partition)
         self._scripts = Scripts()
@@ -146,11 +157,12 @@ class RedisStore(Store):
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
-        with _translated("open"):
-            await self._client.ping()
-            await self._check_config()
-            await self._scripts.load_all(self._client)
-        await self._notifier.start()
+        with reporting(self.on_failure, "open"):
+            with _translated("open"):
+                await self._client.ping()
+                await self._check_config()
+                await self._scripts.load_all(self._client)
+            await self._notifier.start()
 
     async def _check_config(self) -> None:
         try:
@@ -178,8 +190,7 @@ class RedisStore(Store):
                 await client.aclose()
 
     async def ping(self) -> None:
-        self._check_open()
-        with _translated("ping"):
+        with self._operation("ping"):
             await self._client.ping()
 
     # Plumbing ------------------------------------------------------------------
@@ -187,10 +198,28 @@ class RedisStore(Store):
         if self._closed:
             raise StoreUnavailable("the store is closed")
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
-        self._check_open()
-        with _translated(name):
-            return await self._scripts.run(self._client, name, keys, args)
+    @contextlib.contextmanager
+    def _operation(self, operation: str) -> Iterator[None]:
+        """Every Redis call runs inside, named by its Store method.
+
+        A closed store and every redis error become StoreErrors, and the
+        failures among them are reported to `on_failure` (store error metrics).
+        """
+        with reporting(self.on_failure, operation):
+            self._check_open()
+            with _translated(operation):
+                yield
+
+    async def _run(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        operation: str | None = None,
+    ) -> Any:
+        """Run a script; `operation` (default: the script's name) names the call."""
+        with self._operation(operation or script):
+            return await self._scripts.run(self._client, script, keys, args)
 
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
@@ -200,9 +229,18 @@ class RedisStore(Store):
             to_ms(self.settings.result_ttl),
         ]
 
-    async def _transition(self, name: str, keys: Sequence[str], args: Sequence[ArgValue]) -> Any:
+    async def _transition(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        operation: str | None = None,
+    ) -> Any:
         return await self._run(
-            name, [*self.keys.transition_keys(), *keys], [*self._common_args(), *args]
+            script,
+            [*self.keys.transition_keys(), *keys],
+            [*self._common_args(), *args],
+            operation,
         )
 
     # Submit --------------------------------------------------------------------
@@ -225,15 +263,15 @@ class RedisStore(Store):
         return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
 
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
-        s = self.settings
+        effective = limits(spec, self.settings)
         return {
             "id": str(ULID()),
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
-            "max_attempts": max(1, spec.max_attempts or s.max_attempts),
-            "queue_timeout": to_ms(spec.queue_timeout or s.queue_timeout),
-            "run_timeout": to_ms(spec.run_timeout or s.run_timeout),
+            "max_attempts": effective.max_attempts,
+            "queue_timeout": to_ms(effective.queue_timeout),
+            "run_timeout": to_ms(effective.run_timeout),
             "idempotency_key": idempotency_key,
         }
 
@@ -242,7 +280,7 @@ class RedisStore(Store):
         work = request.work
         if isinstance(work, GroupSpec):
             children = [
-                self._job_spec(child, f"{key}#{index}" if key else "")
+                self._job_spec(child, child_key(key, index))
                 for index, child in enumerate(work.children)
             ]
             parent: dict[str, Any] = {
@@ -257,7 +295,7 @@ class RedisStore(Store):
             }
             spec = {
                 **parent,
-                "kind": "group",
+                "kind": JobKind.GROUP.value,
                 "priority": int(request.priority),
                 "max_parallel": max(0, work.max_parallel),
                 "jobs": children,
@@ -265,7 +303,7 @@ class RedisStore(Store):
             return spec, [child.payload for child in work.children]
         single = self._job_spec(work, key)
         spec = {
-            "kind": "single",
+            "kind": JobKind.SINGLE.value,
             "id": single["id"],
             "priority": int(request.priority),
             "max_parallel": 0,
@@ -275,7 +313,12 @@ class RedisStore(Store):
 
     # Reads ---------------------------------------------------------------------
     async def get(self, tenant: str, job_id: str) -> Job:
-        reply = await self._run("get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant])
+        return await self._get(tenant, job_id, "get")
+
+    async def _get(self, tenant: str, job_id: str, operation: str) -> Job:
+        reply = await self._run(
+            "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
+        )
         _check_code(reply, job_id)
         return job_from_snapshot(reply[1])
 
@@ -291,13 +334,11 @@ class RedisStore(Store):
             "children",
             [self.keys.job(job_id), self.keys.children(job_id)],
             [self.keys.prefix, tenant],
+            "list_children",
         )
         _check_code(reply, job_id)
         jobs = [job_from_snapshot(snap) for snap in reply[1]]
         return sorted(jobs, key=lambda job: job.child_index)
-
-    async def queue_position(self, tenant: str, job_id: str) -> int | None:
-        return (await self.get(tenant, job_id)).queue_position
 
     # Claim ---------------------------------------------------------------------
     async def claim(
@@ -307,10 +348,10 @@ class RedisStore(Store):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
     ) -> list[ClaimedJob]:
-        models = list(dict.fromkeys(models))
+        models = claim_models(models)
         if not models:
             return []
-        max_jobs = min(max(max_jobs, 1), MAX_CLAIM)
+        max_jobs = claim_limit(max_jobs)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.total_seconds()
         with self._notifier.listen(f"r {model}" for model in models) as listener:
@@ -320,7 +361,8 @@ class RedisStore(Store):
                 remaining = deadline - loop.time()
                 if claimed or remaining <= 0 or self._closed:
                     return claimed
-                await listener.wait(min(remaining, SAFETY_RECHECK))
+                with reporting(self.on_failure, "claim"):
+                    await listener.wait(min(remaining, SAFETY_RECHECK))
                 if self._closed:
                     return []
 
@@ -356,17 +398,9 @@ class RedisStore(Store):
         )
 
     async def record_result(
-        self,
-        job_id: str,
-        lease_id: str,
-        status: JobStatus,
-        result: bytes = b"",
-        result_content_type: str = "",
-        error_code: str = "",
-        error_message: str = "",
-        retryable: bool = False,
+        self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        if status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         s = self.settings
         reply = await self._transition(
@@ -375,12 +409,12 @@ class RedisStore(Store):
             [
                 job_id,
                 lease_id,
-                status.value,
-                result,
-                result_content_type,
-                error_code,
-                error_message,
-                1 if retryable else 0,
+                report.status.value,
+                report.result,
+                report.result_content_type,
+                report.error_code,
+                report.error_message,
+                1 if report.retryable else 0,
                 to_ms(s.retry_backoff_base),
                 to_ms(s.retry_backoff_max),
             ],
@@ -405,7 +439,9 @@ class RedisStore(Store):
             ("recover_queue_timeouts", []),
         ):
             while True:
-                handled, emitted = await self._transition(name, [], [RECOVER_BATCH, *extra])
+                handled, emitted = await self._transition(
+                    name, [], [RECOVER_BATCH, *extra], "recover"
+                )
                 events.extend(event_from_emitted(entry) for entry in emitted)
                 if handled < RECOVER_BATCH:
                     break
@@ -418,7 +454,7 @@ class RedisStore(Store):
     # Watch and events ------------------------------------------------------------
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         with self._notifier.listen([f"j {job_id}"]) as listener:
-            job = await self.get(tenant, job_id)
+            job = await self._get(tenant, job_id, "watch")
             seen: tuple[object, ...] | None = None
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
@@ -429,17 +465,18 @@ class RedisStore(Store):
                     new_r = listener.add(f"r {job.model}")
                     if new_q or new_r:
                         listener.clear()
-                        job = await self.get(tenant, job_id)
-                if _watch_key(job) != seen:
-                    seen = _watch_key(job)
+                        job = await self._get(tenant, job_id, "watch")
+                if watch_view(job) != seen:
+                    seen = watch_view(job)
                     yield job
                 if job.terminal or self._closed:
                     return
-                await listener.wait(SAFETY_RECHECK)
+                with reporting(self.on_failure, "watch"):
+                    await listener.wait(SAFETY_RECHECK)
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
-                job = await self.get(tenant, job_id)
+                job = await self._get(tenant, job_id, "watch")
 
     async def events(
         self,
@@ -447,11 +484,10 @@ class RedisStore(Store):
         count: int = 100,
         block: timedelta | None = None,
     ) -> list[JobEvent]:
-        self._check_open()
         if not _STREAM_ID.fullmatch(after):
             raise InvalidRequest("after", f"not an event id: {after!r}")
         streams: dict[Any, Any] = {self.keys.events: after}
-        with _translated("events"):
+        with self._operation("events"):
             if block is None:
                 reply: Any = await self._client.xread(streams, count=count)
             else:
@@ -468,10 +504,14 @@ class RedisStore(Store):
             for entry_id, fields in entries
         ]
 
+    async def newest_event_id(self) -> str:
+        with self._operation("newest_event_id"):
+            newest: Any = await self._client.xrevrange(self.keys.events, count=1)
+        return _text(newest[0][0]) if newest else "0"
+
     # Gauges ----------------------------------------------------------------------
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        self._check_open()
-        with _translated("queue_depths"):
+        with self._operation("queue_depths"):
             members: Any = await self._client.smembers(self.keys.models)
             models = sorted(m.decode() for m in members)
             pairs = [(m, p) for m in models for p in PRIORITIES_IN_CLAIM_ORDER]
@@ -482,22 +522,10 @@ class RedisStore(Store):
         return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
 
     async def in_flight(self) -> dict[str, int]:
-        self._check_open()
-        with _translated("in_flight"):
+        with self._operation("in_flight"):
             models: Any = await self._client.smembers(self.keys.models)
             counts: Any = await self._client.hgetall(self.keys.in_flight)
         flat = record([item for pair in counts.items() for item in pair])
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
-
-
-def _watch_key(job: Job) -> tuple[object, ...]:
-    """What makes a new watch snapshot worth sending."""
-    return (
-        job.status,
-        job.progress,
-        job.stage,
-        job.queue_position,
-        tuple((child.id, child.status) for child in job.children),
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jobgate.v1 import worker_service_pb2 as pb
 from serving.convert import STATUS_FROM_PROTO, job_to_proto, timestamp
-from store.model import ERROR_HANDLER, ClaimedJob, HeartbeatResult, JobStatus
+from store.model import ERROR_HANDLER, ClaimedJob, HeartbeatResult, JobStatus, ResultReport
 
 
 def claimed_job(claimed: ClaimedJob) -> pb.ClaimedJob:
@@ -25,6 +25,17 @@ def heartbeat_response(result: HeartbeatResult) -> pb.HeartbeatResponse:
 
 def result_status(request: pb.SetResultRequest) -> JobStatus:
     return STATUS_FROM_PROTO[request.status]
+
+
+def result_report(request: pb.SetResultRequest) -> ResultReport:
+    return ResultReport(
+        status=result_status(request),
+        result=request.result,
+        result_content_type=request.result_content_type,
+        error_code=error_code(request),
+        error_message=request.error_message,
+        retryable=request.retryable,
+    )
 
 
 def error_code(request: pb.SetResultRequest) -> str:

@@ -115,14 +115,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
 
     async def _record(self, request: pb.SetResultRequest) -> Job:
         recorded = await self._store.record_result(
-            request.job_id,
-            request.lease_id,
-            convert.result_status(request),
-            result=request.result,
-            result_content_type=request.result_content_type,
-            error_code=convert.error_code(request),
-            error_message=request.error_message,
-            retryable=request.retryable,
+            request.job_id, request.lease_id, convert.result_report(request)
         )
         job = recorded.job
         # A repeat after a lost answer changed nothing, so it is not counted again.

@@ -24,6 +24,7 @@
   oom_guard writes first.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
@@ -32,21 +33,21 @@ local id = ARGV[4]
 local reason = ARGV[6]
 local f = redis.call('HMGET', key, 'status', 'tenant', 'kind')
 if not f[1] or f[2] ~= ARGV[5] then
-  return {-1}
+  return {RC.JOB_NOT_FOUND}
 end
 if TERMINAL[f[1]] then
   return {0, snapshot(PREFIX, id)}
 end
 oom_guard(key)
-if f[1] == 'processing' then
+if f[1] == ST.PROCESSING then
   redis.call('HSET', key, 'cancel_requested', 1)
 end
-finish(id, 'cancelled', 'CANCELLED', reason)
-if f[3] == 'group' then
+finish(id, ST.CANCELLED, ERR.CANCELLED, reason)
+if f[3] == KIND.GROUP then
   for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, id), 0, -1)) do
     local status = redis.call('HGET', jk(cid), 'status')
-    if status == 'held' or status == 'queued' then
-      finish(cid, 'cancelled', 'CANCELLED', reason)
+    if status == ST.HELD or status == ST.QUEUED then
+      finish(cid, ST.CANCELLED, ERR.CANCELLED, reason)
     end
   end
 end

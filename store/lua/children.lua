@@ -14,10 +14,11 @@
   Transitions: none (read only).
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 
 if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[2] then
-  return {-1}
+  return {RC.JOB_NOT_FOUND}
 end
 local out = {}
 for _, cid in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do

@@ -27,6 +27,7 @@
   per claimed job.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
@@ -43,13 +44,13 @@ local function claim_one(id, lease_id)
     redis.call('ZREM', K_RETRIES, id)
     return nil
   end
-  if f[1] ~= 'queued' then
+  if f[1] ~= ST.QUEUED then
     return nil
   end
   redis.call('ZREM', K_QTIMEOUTS, id)
   local deadline = NOW + lease_ms
   redis.call('HINCRBY', key, 'attempts', 1)
-  redis.call('HSET', key, 'status', 'processing', 'worker_id', worker_id,
+  redis.call('HSET', key, 'status', ST.PROCESSING, 'worker_id', worker_id,
     'lease_id', lease_id, 'lease_deadline', deadline, 'start_time', NOW, 'update_time', NOW,
     'cancel_requested', 0, 'outcome', '')
   redis.call('ZADD', K_LEASES, deadline, id)
@@ -58,15 +59,15 @@ local function claim_one(id, lease_id)
     redis.call('ZADD', K_RUN, NOW + run_timeout, id)
   end
   redis.call('HINCRBY', K_INFLIGHT, f[2], 1)
-  emit(id, 'queued', 'processing')
+  emit(id, ST.QUEUED, ST.PROCESSING)
   notify('j', id)
   notify('q', f[2])
   local parent_id = f[4]
   if parent_id and parent_id ~= '' then
     local pkey = jk(parent_id)
-    if redis.call('HGET', pkey, 'status') == 'queued' then
-      redis.call('HSET', pkey, 'status', 'processing', 'start_time', NOW, 'update_time', NOW)
-      emit(parent_id, 'queued', 'processing')
+    if redis.call('HGET', pkey, 'status') == ST.QUEUED then
+      redis.call('HSET', pkey, 'status', ST.PROCESSING, 'start_time', NOW, 'update_time', NOW)
+      emit(parent_id, ST.QUEUED, ST.PROCESSING)
       notify('j', parent_id)
     end
   end

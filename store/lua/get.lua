@@ -15,9 +15,10 @@
   Transitions: none (read only).
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 
 if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[3] then
-  return {-1}
+  return {RC.JOB_NOT_FOUND}
 end
 return {1, snapshot(ARGV[1], ARGV[2])}

@@ -22,6 +22,7 @@
   changed.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
@@ -30,16 +31,16 @@ local id = ARGV[4]
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage',
   'cancel_requested')
 if not f[1] then
-  return {-1}
+  return {RC.JOB_NOT_FOUND}
 end
 if f[2] ~= ARGV[5] then
-  return {-2}
+  return {RC.LEASE_LOST}
 end
-if f[1] == 'cancelled' and f[6] == '1' then
+if f[1] == ST.CANCELLED and f[6] == '1' then
   return {1, tonumber(f[3]), 1}
 end
-if f[1] ~= 'processing' then
-  return {-2}
+if f[1] ~= ST.PROCESSING then
+  return {RC.LEASE_LOST}
 end
 oom_guard(key)
 local deadline = NOW + tonumber(ARGV[8])

@@ -12,7 +12,9 @@
 
   Transitions: none (read only).
 ]]
+--- @include "policy"
+
 if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then
-  return {-1}
+  return {RC.JOB_NOT_FOUND}
 end
 return {1, redis.call('GET', KEYS[2]) or ''}

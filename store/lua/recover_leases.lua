@@ -20,10 +20,11 @@
   retried), with the group steps of a child's end.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
-local handled = fail_due_attempts(K_LEASES, K_RUN, tonumber(ARGV[4]), 'LEASE_EXPIRED',
-  function(attempts) return 'lease of attempt ' .. attempts .. ' expired' end,
+local handled = fail_due_attempts(K_LEASES, K_RUN, tonumber(ARGV[4]), ERR.LEASE_EXPIRED,
+  lease_expired_message,
   function() return 0 end)
 return recover_reply(handled)

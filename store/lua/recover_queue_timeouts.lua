@@ -16,14 +16,15 @@
   child's end.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
 local ids = redis.call('ZRANGEBYSCORE', K_QTIMEOUTS, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
 for _, id in ipairs(ids) do
   redis.call('ZREM', K_QTIMEOUTS, id)
-  if redis.call('HGET', jk(id), 'status') == 'queued' then
-    finish(id, 'failed', 'QUEUE_TIMEOUT', 'queued longer than its queue_timeout')
+  if redis.call('HGET', jk(id), 'status') == ST.QUEUED then
+    finish(id, ST.FAILED, ERR.QUEUE_TIMEOUT, MSG_QUEUE_TIMEOUT)
   end
 end
 return recover_reply(#ids)

@@ -15,6 +15,7 @@
   Publishes "r <model>".
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
@@ -24,7 +25,7 @@ for _, id in ipairs(ids) do
   local f = redis.call('HMGET', jk(id), 'status', 'model', 'priority', 'seq')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
-  elseif f[1] == 'queued' then
+  elseif f[1] == ST.QUEUED then
     redis.call('ZADD', queue_key(PREFIX, f[2], f[3]), f[4], id)
     notify('r', f[2])
     notify('j', id)

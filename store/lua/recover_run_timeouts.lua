@@ -20,11 +20,12 @@
   dies: the worker's next heartbeat gets LEASE_LOST.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
 local base_ms, max_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
-local handled = fail_due_attempts(K_RUN, K_LEASES, tonumber(ARGV[4]), 'RUN_TIMEOUT',
-  function(attempts) return 'attempt ' .. attempts .. ' ran past its run_timeout' end,
+local handled = fail_due_attempts(K_RUN, K_LEASES, tonumber(ARGV[4]), ERR.RUN_TIMEOUT,
+  run_timeout_message,
   function(attempts) return backoff_ms(attempts, base_ms, max_ms) end)
 return recover_reply(handled)

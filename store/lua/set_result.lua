@@ -37,6 +37,7 @@
   result and idempotency key. Under OOM it still runs: oom_guard writes first.
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
@@ -51,33 +52,33 @@ local outcome = table.concat({status, ARGV[11], ARGV[9], redis.sha1hex(ARGV[7])}
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'outcome', 'attempts',
   'cancel_requested')
 if not f[1] then
-  return {-1}
+  return {RC.JOB_NOT_FOUND}
 end
 if f[2] ~= lease_id then
-  return {-2}
+  return {RC.LEASE_LOST}
 end
-if f[1] == 'cancelled' and f[5] == '1' then
-  return {-3}
+if f[1] == ST.CANCELLED and f[5] == '1' then
+  return {RC.JOB_CANCELLED}
 end
-if f[1] ~= 'processing' then
+if f[1] ~= ST.PROCESSING then
   if f[3] == outcome then
     return {1, snapshot(PREFIX, id), 0}
   end
-  return {-2}
+  return {RC.LEASE_LOST}
 end
 
 oom_guard(key)
 redis.call('HSET', key, 'outcome', outcome)
-if status == 'completed' then
+if status == ST.COMPLETED then
   if ARGV[7] ~= '' then
     redis.call('SET', KEYS[12], ARGV[7])
   end
   redis.call('HSET', key, 'result_content_type', ARGV[8], 'progress', '1')
-  finish(id, 'completed', '', '')
+  finish(id, ST.COMPLETED, '', '')
 elseif retryable then
   retry_or_exhaust(id, ARGV[9], ARGV[10],
     backoff_ms(tonumber(f[4]), tonumber(ARGV[12]), tonumber(ARGV[13])))
 else
-  finish(id, 'failed', ARGV[9], ARGV[10])
+  finish(id, ST.FAILED, ARGV[9], ARGV[10])
 end
 return {1, snapshot(PREFIX, id), 1}

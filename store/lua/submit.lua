@@ -32,6 +32,7 @@
   "r <model>" and "j <id>".
 ]]
 --- @include "keys"
+--- @include "policy"
 --- @include "snapshot"
 --- @include "common"
 
@@ -46,7 +47,7 @@ if idem then
     local held_fingerprint, held_id = string.match(held, '^(%S+) (%S+)$')
     if held_id and redis.call('EXISTS', jk(held_id)) == 1 then
       if held_fingerprint ~= fingerprint then
-        return {-4}
+        return {RC.IDEMPOTENCY_KEY_REUSED}
       end
       return {1, 1, snapshot(PREFIX, held_id)}
     end
@@ -55,16 +56,16 @@ end
 
 local jobs = spec['jobs']
 local n = #jobs
-if spec['kind'] == 'group' and (n == 0 or n > tonumber(ARGV[8])) then
-  return {-7}
+if spec['kind'] == KIND.GROUP and (n == 0 or n > tonumber(ARGV[8])) then
+  return {RC.INVALID_CHILDREN}
 end
 local live = tonumber(redis.call('HGET', K_LIVE, tenant)) or 0
 if live + n > tonumber(ARGV[6]) then
-  return {-5}
+  return {RC.QUOTA_EXCEEDED}
 end
 local live_total = tonumber(redis.call('GET', K_LIVE_TOTAL)) or 0
 if live_total + n > tonumber(ARGV[7]) then
-  return {-6}
+  return {RC.QUEUE_FULL}
 end
 
 -- First write: INCR is DENYOOM, so under OOM nothing below happens.
@@ -94,28 +95,28 @@ local function create(job, seq, kind, status, parent_id, child_index, payload)
 end
 
 local root = spec['id']
-if spec['kind'] == 'group' then
-  local pkey = create(spec, seq, 'group', 'queued', '', 0, nil)
+if spec['kind'] == KIND.GROUP then
+  local pkey = create(spec, seq, KIND.GROUP, ST.QUEUED, '', 0, nil)
   redis.call('HSET', pkey, 'max_parallel', spec['max_parallel'], 'total', n, 'done', 0,
     'completed', 0, 'active', 0)
-  emit(root, nil, 'queued')
+  emit(root, nil, ST.QUEUED)
   for i, child in ipairs(jobs) do
     -- a child takes its sequence number when it is released (to_queued)
-    create(child, 0, 'child', 'held', root, i - 1, ARGV[9 + i])
+    create(child, 0, KIND.CHILD, ST.HELD, root, i - 1, ARGV[9 + i])
     redis.call('RPUSH', children_key(PREFIX, root), child['id'])
     redis.call('ZADD', held_key(PREFIX, root), i - 1, child['id'])
-    emit(child['id'], nil, 'held')
+    emit(child['id'], nil, ST.HELD)
   end
   release_held(root)
 else
   local job = jobs[1]
-  create(job, seq, 'single', 'queued', '', 0, ARGV[10])
+  create(job, seq, KIND.SINGLE, ST.QUEUED, '', 0, ARGV[10])
   local queue_timeout = tonumber(job['queue_timeout']) or 0
   if queue_timeout > 0 then
     redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, root)
   end
   redis.call('ZADD', queue_key(PREFIX, job['model'], priority), seq, root)
-  emit(root, nil, 'queued')
+  emit(root, nil, ST.QUEUED)
   notify('r', job['model'])
 end
 notify('j', root)

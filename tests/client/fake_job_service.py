@@ -19,6 +19,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
+from jobgate.v1.errors import ERROR_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,13 @@ class Fail:
     retry_delay: float | None = None
     violations: Sequence[tuple[str, str]] = ()
     metadata: dict[str, str] = field(default_factory=dict)
+    domain: str = ERROR_DOMAIN
 
     def status(self) -> grpc.Status:
         status = status_pb2.Status(code=self.code, message=f"scripted {self.reason or self.code}")
         if self.reason:
             info = error_details_pb2.ErrorInfo(
-                reason=self.reason, domain="jobgate.dev", metadata=self.metadata
+                reason=self.reason, domain=self.domain, metadata=self.metadata
             )
             status.details.add().Pack(info)
         if self.retry_delay is not None:

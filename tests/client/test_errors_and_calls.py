@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from google.rpc import code_pb2
 
+import jobgate
+import jobgate.errors
 from jobgate import (
+    CallCancelledError,
     IdempotencyKeyReusedError,
+    InternalError,
     InvalidArgumentError,
     JobClient,
     JobgateError,
@@ -23,6 +28,7 @@ from jobgate.v1 import job_pb2
 from tests.client.fake_job_service import UNAVAILABLE, Fail, FakeJobService, job
 
 Fake = tuple[FakeJobService, str]
+Module = Any
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 
@@ -34,6 +40,8 @@ NO_RETRY = RetryPolicy(max_attempts=1)
         (Fail(code_pb2.RESOURCE_EXHAUSTED, "TENANT_QUOTA_EXCEEDED", 1.5), QuotaExceededError),
         (Fail(code_pb2.RESOURCE_EXHAUSTED, "QUEUE_FULL", 1.5), QueueFullError),
         (Fail(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", 1.5), UnavailableError),
+        (Fail(code_pb2.INTERNAL), InternalError),
+        (Fail(code_pb2.CANCELLED), CallCancelledError),
     ],
 )
 async def test_each_reason_raises_its_own_exception_class(
@@ -182,3 +190,31 @@ async def test_sync_client_submits_and_watches(fake: Fake) -> None:
     done = await asyncio.to_thread(use_sync_client)
 
     assert done.result == b"ok"
+
+
+@pytest.mark.parametrize("module", [jobgate, jobgate.errors], ids=["jobgate", "jobgate.errors"])
+def test_cancelled_error_is_a_deprecated_alias_of_call_cancelled_error(module: Module) -> None:
+    with pytest.warns(DeprecationWarning, match="CallCancelledError"):
+        old = module.CancelledError
+    assert old is CallCancelledError
+
+
+def test_call_cancelled_error_does_not_shadow_asyncios() -> None:
+    assert "CancelledError" not in jobgate.__all__
+    assert not issubclass(CallCancelledError, asyncio.CancelledError)
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError):
+        _ = jobgate.NoSuchError
+
+
+async def test_a_reason_of_another_domain_is_not_taken_for_ours(fake: Fake) -> None:
+    service, target = fake
+    service.script("Get", Fail(code_pb2.UNAVAILABLE, "LEASE_LOST", domain="example.com"))
+
+    async with JobClient(target, retry=NO_RETRY) as client:
+        with pytest.raises(UnavailableError) as raised:
+            await client.get("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+
+    assert raised.value.reason == ""

@@ -237,3 +237,26 @@ async def test_unknown_job_with_a_well_formed_id_is_not_found(api: Api) -> None:
 
     assert failure.code == grpc.StatusCode.NOT_FOUND, failure
     assert failure.reason == "JOB_NOT_FOUND"
+
+
+HUGE = 100_000
+
+
+@pytest.mark.parametrize(
+    "request_message",
+    [
+        submit(labels={"k" * HUGE: "v"}),
+        submit(labels={f"{i}" + "k" * HUGE: "v" for i in range(20)}),
+        submit(model="M" * HUGE, content_type="t" * HUGE),
+    ],
+    ids=["one huge label key", "twenty huge label keys", "huge model and content type"],
+)
+async def test_huge_bad_input_is_invalid_argument_quoting_at_most_128_bytes(
+    api: Api, request_message: job_service_pb2.SubmitRequest
+) -> None:
+    failure = await failure_of(api.submit_request(request_message))
+
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT, failure
+    assert failure.violations
+    assert all(len(path) < 200 for path, _ in failure.violations), failure
+    assert len(failure.message.encode()) <= 512

@@ -28,7 +28,7 @@ from jobgate.v1 import (
 )
 from serving.auth import Authenticator
 from serving.context import Serving
-from serving.instrumented import InstrumentedStore
+from serving.instrumented import count_store_errors
 from serving.metrics import Metrics, sample
 from serving.settings import Address, ServerSettings
 from store.memory import LocalStore
@@ -167,7 +167,7 @@ async def start_harness(
     inner = store or LocalStore(settings.store_settings())
     await inner.open()
     serving = Serving(
-        settings, InstrumentedStore(inner, metrics), auth or Authenticator(None), metrics
+        settings, count_store_errors(inner, metrics), auth or Authenticator(None), metrics
     )
     metrics.watch_store(serving.store, asyncio.get_running_loop())
     job_server, job_port = build_gateway(serving, LOOPBACK)

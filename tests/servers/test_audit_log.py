@@ -17,7 +17,7 @@ import pytest
 
 from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from serving.audit_log import MESSAGE, AuditLog, newest_event_id
+from serving.audit_log import MESSAGE, AuditLog
 from serving.background import Recovery
 from serving.metrics import Metrics
 from serving.settings import Address, ServerSettings
@@ -288,27 +288,6 @@ async def test_an_unreachable_store_pauses_the_log_once_then_it_resumes(
     messages = [r.getMessage() for r in audit_caplog.records]
     assert len([m for m in messages if m.startswith("audit log paused")]) == 1
     assert "audit log resumed" in messages
-
-
-async def test_newest_event_id_is_the_last_event_on_local_store(harness: Harness) -> None:
-    await check_newest_event_id(harness)
-
-
-@pytest.mark.redis
-async def test_newest_event_id_is_the_last_event_on_redis(
-    make_harness: MakeHarness, redis_server: RedisServer, partition: str
-) -> None:
-    await check_newest_event_id(await _replica(make_harness, redis_server.url, partition))
-
-
-async def check_newest_event_id(harness: Harness) -> None:
-    store = harness.serving.store
-    assert await newest_event_id(store) == "0"
-    for _ in range(3):
-        await harness.submit()
-    everything = await store.events(after="0", count=1000)
-    assert len(everything) == 3
-    assert await newest_event_id(store) == everything[-1].id
 
 
 async def _replica(make_harness: MakeHarness, url: str, partition: str) -> Harness:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from google.rpc import code_pb2, error_details_pb2
 
+import jobgate
+import store.errors
+from jobgate.v1.errors import ERROR_DOMAIN, Reason
 from serving.auth import AuthError
-from serving.errors import ShuttingDown, to_status
+from serving.errors import MAX_MESSAGE_BYTES, ShuttingDown, to_status
 from serving.validation import FieldViolation, ValidationError
-from store.errors import InvalidRequest, StoreError
+from store.errors import InvalidRequest, JobNotFound, StoreError
 
 
 def _reasons(status: object) -> list[str]:
@@ -20,9 +26,13 @@ def _reasons(status: object) -> list[str]:
     return reasons
 
 
-def test_store_error_without_a_public_code_becomes_unavailable() -> None:
-    status = to_status(StoreError("something odd"))
-    assert status.code == code_pb2.UNAVAILABLE
+def test_store_error_without_a_public_code_becomes_internal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        status = to_status(StoreError("something odd"))
+    assert status.code == code_pb2.INTERNAL
+    assert [r.exc_info is not None for r in caplog.records] == [True]
 
 
 def test_store_invalid_request_keeps_its_field() -> None:
@@ -47,8 +57,45 @@ def test_auth_errors_keep_their_code() -> None:
 
 def test_shutting_down_is_unavailable_with_reason() -> None:
     status = to_status(ShuttingDown())
-    assert (status.code, _reasons(status)) == (code_pb2.UNAVAILABLE, ["SHUTTING_DOWN"])
+    assert (status.code, _reasons(status)) == (code_pb2.UNAVAILABLE, [Reason.SHUTTING_DOWN])
 
 
-def test_a_bug_is_unavailable_never_internal() -> None:
-    assert to_status(KeyError("boom")).code == code_pb2.UNAVAILABLE
+def test_a_bug_is_internal_never_unavailable() -> None:
+    assert to_status(KeyError("boom")).code == code_pb2.INTERNAL
+
+
+def _store_error_classes() -> list[type[StoreError]]:
+    found: list[type[StoreError]] = []
+    pending = [StoreError]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def test_the_store_sends_the_contracts_domain_and_reasons() -> None:
+    # The store may not import jobgate.v1, so it keeps a copy: held equal here.
+    assert store.errors.ERROR_DOMAIN == ERROR_DOMAIN
+    reasons = {cls.reason for cls in _store_error_classes() if cls.reason}
+    assert reasons <= set(Reason)
+    assert reasons | {Reason.SHUTTING_DOWN} == set(Reason)
+
+
+def test_server_and_client_share_one_field_violation_class() -> None:
+    assert FieldViolation is jobgate.FieldViolation
+
+
+def test_a_store_message_is_cut_to_the_bound() -> None:
+    status = to_status(JobNotFound("no job " + "é" * 10_000))
+    assert len(status.message.encode()) <= MAX_MESSAGE_BYTES
+
+
+def test_bad_request_lists_only_the_violations_that_fit() -> None:
+    violations = [FieldViolation(f"f{i}" + "x" * 300, "d" * 300) for i in range(500)]
+    status = to_status(ValidationError(violations))
+    bad = error_details_pb2.BadRequest()
+    assert any(detail.Unpack(bad) for detail in status.details)
+    assert 1 <= len(bad.field_violations) < 20
+    assert status.ByteSize() < 4096
+    assert "more violations" in status.message

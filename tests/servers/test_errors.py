@@ -1,7 +1,8 @@
-"""Errors map in one place: store errors keep their code and details, nothing is INTERNAL."""
+"""Errors map in one place: store errors keep their code and details; a bug is INTERNAL."""
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, cast
 
@@ -9,6 +10,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
+from jobgate import InternalError, JobClient
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2
 from serving.settings import ServerSettings
 from store.errors import StoreUnavailable
@@ -21,21 +23,17 @@ UNKNOWN_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
 
 class BrokenStore(LocalStore):
-    """A LocalStore whose tenant and worker calls raise `failure` while it is set."""
+    """A LocalStore whose get and claim raise `failure` while it is set (as its backend)."""
 
     failure: Exception | None = None
+    gets = 0
 
-    def _maybe_fail(self) -> None:
-        if self.failure is not None:
+    def _refuse_if_closed(self, operation: str) -> None:
+        if operation == "get":
+            self.gets += 1
+        if self.failure is not None and operation in ("get", "claim"):
             raise self.failure
-
-    async def get(self, tenant: str, job_id: str) -> Any:
-        self._maybe_fail()
-        return await super().get(tenant, job_id)
-
-    async def claim(self, *args: Any, **kwargs: Any) -> Any:
-        self._maybe_fail()
-        return await super().claim(*args, **kwargs)
+        super()._refuse_if_closed(operation)
 
 
 async def test_unknown_job_is_not_found_with_reason(harness: Harness) -> None:
@@ -100,15 +98,37 @@ async def test_store_unavailable_is_never_an_empty_claim(make_harness: MakeHarne
     assert (await fails(harness.claim())).code is grpc.StatusCode.UNAVAILABLE
 
 
-async def test_unexpected_exception_is_unavailable_not_internal(
-    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
+async def test_unexpected_exception_is_internal_not_unavailable(
+    make_harness: MakeHarness,
 ) -> None:
     store = BrokenStore(StoreSettings())
     harness = await make_harness(store=store)
     store.failure = ZeroDivisionError("a bug")
     failure = await fails(harness.job.Get(job_service_pb2.GetRequest(job_id=UNKNOWN_ID)))
-    assert failure.code is grpc.StatusCode.UNAVAILABLE
-    assert "ZeroDivisionError" in caplog.text
+    assert failure.code is grpc.StatusCode.INTERNAL
+    assert (failure.reasons, failure.retry_delay) == ([], None)
+
+
+async def test_unexpected_exception_is_logged_once_with_its_trace(
+    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = BrokenStore(StoreSettings())
+    harness = await make_harness(store=store)
+    store.failure = ZeroDivisionError("a bug")
+    with caplog.at_level(logging.DEBUG):
+        await fails(harness.job.Get(job_service_pb2.GetRequest(job_id=UNKNOWN_ID)))
+    traced = [r for r in caplog.records if r.exc_info and r.exc_info[0] is ZeroDivisionError]
+    assert len(traced) == 1
+
+
+async def test_the_client_does_not_retry_an_internal_error(make_harness: MakeHarness) -> None:
+    store = BrokenStore(StoreSettings())
+    harness = await make_harness(store=store)
+    store.failure = ZeroDivisionError("a bug")
+    async with JobClient(f"127.0.0.1:{harness.job_port}") as client:
+        with pytest.raises(InternalError):
+            await client.get(UNKNOWN_ID)
+    assert store.gets == 1
 
 
 METHODS = [

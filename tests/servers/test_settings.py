@@ -12,9 +12,14 @@ from serving.settings import (
     Address,
     ServerSettings,
     SettingsError,
+    _Flag,
     add_flags,
+    default_text,
     from_args,
+    help_text,
 )
+from store.keys import Keys
+from store.model import StoreSettings
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None) -> ServerSettings:
@@ -70,3 +75,45 @@ def test_bad_value_names_its_flag(argv: list[str], environ: dict[str, str], name
 
 def test_metrics_listener_can_be_turned_off() -> None:
     assert parse(["--metrics-listen", "off"]).metrics_listen is None
+
+
+def test_each_flags_help_quotes_its_default_from_the_settings() -> None:
+    defaults = ServerSettings()
+    for flag in FLAGS:
+        shown = default_text(getattr(defaults, flag.name))
+        if shown is not None and not flag.name.endswith("_bytes"):
+            assert f"(default {shown})" in help_text(flag), flag.name
+    assert "(default 4 MiB)" in help_text(_flag("max_payload_bytes"))
+
+
+def test_the_server_defaults_are_the_stores() -> None:
+    assert ServerSettings().store_settings() == StoreSettings()
+
+
+def test_retry_backoff_max_reaches_the_store() -> None:
+    settings = parse(["--retry-backoff", "90", "--retry-backoff-max", "600"])
+    store = settings.store_settings()
+    assert (store.retry_backoff_base, store.retry_backoff_max) == (
+        timedelta(seconds=90),
+        timedelta(seconds=600),
+    )
+
+
+def test_a_retry_backoff_over_its_max_is_refused_not_capped() -> None:
+    with pytest.raises(SettingsError, match="--retry-backoff-max"):
+        parse(["--retry-backoff", "120"])
+
+
+@pytest.mark.parametrize("name", ["a/b", "p" * 65, "ünï", "a b", "{x}"])
+def test_a_partition_the_store_refuses_is_reported_against_its_flag(name: str) -> None:
+    with pytest.raises(SettingsError, match="--redis-partition"):
+        parse(["--redis-partition", name])
+
+
+@pytest.mark.parametrize("name", ["default", "prod-eu.1", "A_b"])
+def test_every_partition_the_flag_accepts_the_store_keys_accept(name: str) -> None:
+    assert Keys(parse(["--redis-partition", name]).redis_partition).partition == name
+
+
+def _flag(name: str) -> _Flag:
+    return next(flag for flag in FLAGS if flag.name == name)

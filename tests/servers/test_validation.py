@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import urllib.parse
 from typing import Any
 
 import grpc
@@ -11,7 +13,7 @@ from google.protobuf import duration_pb2
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2
 from serving.settings import ServerSettings
 from tests.servers.conftest import MakeHarness
-from tests.servers.harness import Harness, fails, seconds
+from tests.servers.harness import Harness, fails, failure_of, seconds
 
 GOOD_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 COMPLETED = job_pb2.JOB_STATUS_COMPLETED
@@ -93,6 +95,68 @@ async def test_every_violation_of_a_request_is_listed(limited: Harness) -> None:
     request = job(model="", max_attempts=500)
     failure = await fails(limited.job.Submit(request, timeout=5))
     assert failure.violations == ["job.model", "job.max_attempts"]
+
+
+def trailer_bytes(error: grpc.aio.AioRpcError) -> int:
+    """What the error's trailers weigh on the wire (values as sent, keys included)."""
+    trailers: Any = error.trailing_metadata() or ()
+    total = 0
+    for key, value in trailers:
+        sent = base64.b64encode(value) if isinstance(value, bytes) else value.encode()
+        total += len(key) + len(sent)
+    return total + len(urllib.parse.quote(error.details() or "", safe=" "))
+
+
+async def submit_error(harness: Harness, request: job_service_pb2.SubmitRequest) -> Any:
+    try:
+        await harness.job.Submit(request, timeout=5)
+    except grpc.aio.AioRpcError as error:
+        return error
+    raise AssertionError("the call succeeded")
+
+
+async def test_a_huge_label_key_is_invalid_argument_not_resource_exhausted(
+    harness: Harness,
+) -> None:
+    error = await submit_error(harness, job(labels={"k" * 100_000: "v"}))
+    failure = failure_of(error)
+    assert failure.code is grpc.StatusCode.INVALID_ARGUMENT, failure
+    [field] = failure.violations
+    assert field.startswith("job.labels['kkk") and len(field) < 200
+
+
+async def test_many_huge_violations_still_fit_the_metadata_limit(limited: Harness) -> None:
+    # 3 children x 30 labels, each key 2 KB and value 2 KB: 180 violations of quoted input.
+    labels = {f"{i}" + "é" * 1000: "v" * 2000 for i in range(30)}
+    children = [job_pb2.JobSpec(model="m", labels=labels) for _ in range(3)]
+    request = job_service_pb2.SubmitRequest(group=job_pb2.GroupSpec(children=children))
+    error = await submit_error(limited, request)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert trailer_bytes(error) < 8 * 1024
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ServerSettings(max_group_children=10, max_live_per_tenant=3),
+        ServerSettings(max_group_children=10, max_live_total=3),
+    ],
+    ids=["over the tenant cap", "over the total cap"],
+)
+async def test_a_group_that_can_never_fit_is_invalid_argument(
+    make_harness: MakeHarness, settings: ServerSettings
+) -> None:
+    harness = await make_harness(settings=settings)
+    failure = await fails(harness.job.Submit(group(4), timeout=5))
+    assert failure.code is grpc.StatusCode.INVALID_ARGUMENT, failure
+    assert (failure.violations, failure.retry_delay) == (["group.children"], None)
+
+
+async def test_a_group_as_large_as_the_live_caps_is_accepted(make_harness: MakeHarness) -> None:
+    settings = ServerSettings(max_group_children=10, max_live_per_tenant=3, max_live_total=3)
+    harness = await make_harness(settings=settings)
+    response = await harness.job.Submit(group(3), timeout=5)
+    assert len(response.job.children) == 3
 
 
 @pytest.mark.parametrize("job_id", ["", "not-a-ulid", "81ARZ3NDEKTSV4RRFFQ69G5FAV"])

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
+
+import grpc
 
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2
+from serving.settings import ServerSettings
 from tests.helpers import assert_eventually
-from tests.servers.harness import Harness, seconds
+from tests.servers.conftest import MakeHarness
+from tests.servers.harness import Harness, fails, seconds
 
 
 async def test_idle_claim_wakes_as_soon_as_a_job_arrives(harness: Harness) -> None:
@@ -92,3 +97,49 @@ async def test_abandoned_long_poll_does_not_swallow_a_job(harness: Harness) -> N
     await assert_eventually(released)
     job = await harness.submit()
     assert [item.job.id for item in await harness.claim()] == [job.id]
+
+
+def _retryable_failure(
+    claimed: worker_service_pb2.ClaimedJob,
+) -> worker_service_pb2.SetResultRequest:
+    return worker_service_pb2.SetResultRequest(
+        job_id=claimed.job.id,
+        lease_id=claimed.lease_id,
+        status=job_pb2.JOB_STATUS_FAILED,
+        error_code="FLAKY",
+        retryable=True,
+    )
+
+
+async def test_a_retryable_failure_resent_before_the_next_claim_answers_the_stored_job(
+    make_harness: MakeHarness,
+) -> None:
+    settings = ServerSettings(
+        retry_backoff=timedelta(seconds=30), retry_backoff_max=timedelta(seconds=30)
+    )
+    harness = await make_harness(settings=settings)
+    await harness.submit()
+    [claimed] = await harness.claim()
+    first = await harness.worker.SetResult(_retryable_failure(claimed), timeout=5)
+    again = await harness.worker.SetResult(_retryable_failure(claimed), timeout=5)
+    assert again.job.status == first.job.status == job_pb2.JOB_STATUS_QUEUED
+
+
+async def test_a_retryable_failure_resent_after_the_next_claim_is_lease_lost(
+    make_harness: MakeHarness,
+) -> None:
+    # docs/servers.md: the old lease is no longer the job's latest; nothing changes.
+    settings = ServerSettings(retry_backoff=timedelta(milliseconds=10))
+    harness = await make_harness(settings=settings)
+    await harness.submit()
+    [claimed] = await harness.claim()
+    await harness.worker.SetResult(_retryable_failure(claimed), timeout=5)
+
+    async def reclaimed() -> list[worker_service_pb2.ClaimedJob]:
+        await harness.serving.store.recover()  # the harness runs no recovery loop
+        return await harness.claim()
+
+    [again] = await assert_eventually(reclaimed)
+    failure = await fails(harness.worker.SetResult(_retryable_failure(claimed), timeout=5))
+    assert (failure.code, failure.reasons) == (grpc.StatusCode.FAILED_PRECONDITION, ["LEASE_LOST"])
+    assert again.job.status == job_pb2.JOB_STATUS_PROCESSING

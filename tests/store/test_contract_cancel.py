@@ -109,6 +109,22 @@ async def test_cancel_of_a_group_lets_running_children_finish_and_keep_results(
     assert statuses == [JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.CANCELLED]
 
 
+async def test_cancel_of_a_processing_group_sets_cancel_requested_on_the_parent(
+    store: Store,
+) -> None:
+    group = await submit_group(store, 2)
+    await claim_one(store)
+    result = await store.cancel(TENANT, group.id)
+    assert (result.job.status, result.job.cancel_requested) == (JobStatus.CANCELLED, True)
+    assert (await store.get(TENANT, group.id)).cancel_requested
+
+
+async def test_cancel_of_a_queued_group_does_not_set_cancel_requested(store: Store) -> None:
+    group = await submit_group(store, 2)
+    result = await store.cancel(TENANT, group.id)
+    assert not result.job.cancel_requested
+
+
 async def test_a_running_child_of_a_cancelled_group_is_not_retried(store: Store) -> None:
     # It may finish its attempt, but a retry would queue work for a group
     # that is cancelled: the child ends CANCELLED instead.

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 from store import InvalidRequest, JobCancelled, JobNotFound, LeaseLost, Store
-from store.model import ClaimedJob, JobStatus, Priority
+from store.model import ClaimedJob, JobStatus, Priority, ResultReport
+from store.policy import MAX_CLAIM
 from tests.helpers import assert_eventually
 from tests.store.conftest import (
     MODEL,
@@ -73,6 +74,19 @@ async def test_max_jobs_returns_what_there_is(store: Store) -> None:
     await submit_one(store)
     claimed = await store.claim("w1", [MODEL], max_jobs=8)
     assert len(claimed) == 2
+
+
+async def test_a_claim_takes_at_most_max_claim_jobs(store: Store) -> None:
+    for _ in range(MAX_CLAIM + 1):
+        await submit_one(store)
+    claimed = await store.claim("w1", [MODEL], max_jobs=MAX_CLAIM + 1)
+    assert len(claimed) == MAX_CLAIM
+
+
+async def test_a_claim_for_no_models_returns_at_once_with_nothing(store: Store) -> None:
+    await submit_one(store)
+    async with asyncio.timeout(30):  # without the rule it would wait the full 600 s
+        assert await store.claim("w1", [], wait=timedelta(seconds=600)) == []
 
 
 async def test_each_job_of_a_batch_has_its_own_lease(store: Store) -> None:
@@ -338,9 +352,9 @@ async def test_repeated_set_result_returns_the_stored_job_unchanged(store: Store
 async def test_record_result_says_whether_the_call_changed_the_job(store: Store) -> None:
     await submit_one(store)
     claimed = await claim_one(store)
-    args = (claimed.job.id, claimed.lease_id, JobStatus.COMPLETED, b"answer")
-    first = await store.record_result(*args)
-    again = await store.record_result(*args)
+    report = ResultReport(JobStatus.COMPLETED, b"answer")
+    first = await store.record_result(claimed.job.id, claimed.lease_id, report)
+    again = await store.record_result(claimed.job.id, claimed.lease_id, report)
     assert (first.applied, again.applied) == (True, False)
     assert again.job == first.job
 

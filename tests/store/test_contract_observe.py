@@ -26,7 +26,6 @@ from tests.store.conftest import (
 
 async def test_queue_position_counts_jobs_claimed_before(store: Store) -> None:
     jobs = [await submit_one(store) for _ in range(3)]
-    assert [await store.queue_position(TENANT, job.id) for job in jobs] == [0, 1, 2]
     assert [(await store.get(TENANT, job.id)).queue_position for job in jobs] == [0, 1, 2]
 
 
@@ -35,27 +34,27 @@ async def test_queue_position_counts_higher_priorities_first(store: Store) -> No
     await submit_one(store, priority=Priority.SYSTEM)
     await submit_one(store, priority=Priority.INTERACTIVE)
     interactive = await submit_one(store, priority=Priority.INTERACTIVE)
-    assert await store.queue_position(TENANT, batch.id) == 3
-    assert await store.queue_position(TENANT, interactive.id) == 1
+    assert (await store.get(TENANT, batch.id)).queue_position == 3
+    assert (await store.get(TENANT, interactive.id)).queue_position == 1
 
 
 async def test_queue_position_ignores_other_models(store: Store) -> None:
     await submit_one(store, model="other")
     job = await submit_one(store)
-    assert await store.queue_position(TENANT, job.id) == 0
+    assert (await store.get(TENANT, job.id)).queue_position == 0
 
 
 async def test_queue_position_moves_up_as_jobs_are_claimed(store: Store) -> None:
     await submit_one(store)
     job = await submit_one(store)
     await claim_one(store)
-    assert await store.queue_position(TENANT, job.id) == 0
+    assert (await store.get(TENANT, job.id)).queue_position == 0
 
 
 async def test_queue_position_is_none_unless_queued(store: Store) -> None:
     job = await submit_one(store)
     await claim_one(store)
-    assert await store.queue_position(TENANT, job.id) is None
+    assert (await store.get(TENANT, job.id)).queue_position is None
     assert (await store.get(TENANT, job.id)).queue_position is None
 
 
@@ -229,3 +228,30 @@ async def test_event_stream_is_capped(make_store: MakeStore) -> None:
     # approximately, in whole nodes), always the newest ones.
     assert 20 <= len(events) <= 150
     assert (events[-1].job_id, events[-1].to_status) == (job.id, JobStatus.CANCELLED)
+
+
+async def test_newest_event_id_is_zero_without_events(store: Store) -> None:
+    assert await store.newest_event_id() == "0"
+
+
+async def test_newest_event_id_is_the_last_events_position(store: Store) -> None:
+    for _ in range(3):
+        await submit_one(store)
+    everything = await store.events(count=1000)
+    assert await store.newest_event_id() == everything[-1].id
+
+
+async def test_events_after_the_newest_id_are_only_later_ones(store: Store) -> None:
+    await submit_one(store)
+    newest = await store.newest_event_id()
+    later = await submit_one(store)
+    assert [e.job_id for e in await store.events(after=newest)] == [later.id]
+
+
+async def test_newest_event_id_survives_the_cap(make_store: MakeStore) -> None:
+    store = await make_store(events_max_length=20)
+    for _ in range(150):
+        job = await submit_one(store)
+        await store.cancel(TENANT, job.id)
+    newest = (await store.events(count=10_000))[-1]
+    assert (await store.newest_event_id(), newest.job_id) == (newest.id, job.id)

@@ -60,8 +60,8 @@ async def test_expired_lease_requeues_at_the_original_place(make_store: MakeStor
     await claim_one(store)
     later = await submit_one(store)
     await recover_until(store, first.id, JobStatus.QUEUED)
-    assert await store.queue_position(TENANT, first.id) == 0
-    assert await store.queue_position(TENANT, later.id) == 1
+    assert (await store.get(TENANT, first.id)).queue_position == 0
+    assert (await store.get(TENANT, later.id)).queue_position == 1
     again = await claim_one(store)
     assert again.job.id == first.id
     assert again.job.attempts == 2

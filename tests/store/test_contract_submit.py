@@ -147,12 +147,6 @@ async def test_another_tenants_job_is_not_found_on_watch(store: Store) -> None:
             pass
 
 
-async def test_another_tenants_job_is_not_found_on_queue_position(store: Store) -> None:
-    job = await submit_one(store, tenant="a")
-    with pytest.raises(JobNotFound):
-        await store.queue_position("b", job.id)
-
-
 async def test_another_tenants_group_is_not_found_on_list_children(store: Store) -> None:
     group = await submit_group(store, 2, tenant="a")
     with pytest.raises(JobNotFound):

@@ -12,14 +12,21 @@ from store.errors import StoreError
 from store.redis_scripts import read_script, script_names
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "store" / "lua"
-RETURN_CODE = re.compile(r"return\s*\{\s*(-\d+)")
+RETURN_CODE = re.compile(r"return\s*\{\s*RC\.([A-Z_]+)\s*\}")
+LITERAL_CODE = re.compile(r"return\s*\{\s*-\d+")
 
 
 def _returned_codes() -> set[int]:
+    """The codes the scripts return, by the `RC.<name>` the policy include defines."""
     codes: set[int] = set()
     for path in LUA_DIR.rglob("*.lua"):
-        codes.update(int(code) for code in RETURN_CODE.findall(path.read_text()))
+        codes.update(LuaCode[name].value for name in RETURN_CODE.findall(path.read_text()))
     return codes
+
+
+@pytest.mark.parametrize("path", sorted(LUA_DIR.rglob("*.lua")), ids=lambda path: path.name)
+def test_no_script_returns_a_literal_code(path: Path) -> None:
+    assert not LITERAL_CODE.search(path.read_text())
 
 
 def test_the_scripts_return_some_negative_codes() -> None:

@@ -200,6 +200,18 @@ async def test_stopped_redis_is_store_unavailable_within_a_second(
     assert time.monotonic() - started < 1.0
 
 
+async def test_a_stopped_redis_is_reported_as_a_failure_of_the_operation(
+    store: RedisStore, server: RedisServer
+) -> None:
+    failed: list[str] = []
+    store.on_failure = failed.append
+    job = (await store.submit(request())).job
+    server.stop()
+    with pytest.raises(StoreUnavailable):
+        await store.get(TENANT, job.id)
+    assert failed == ["get"]
+
+
 @pytest.mark.parametrize("serve_stale_data", ["yes", "no"])
 async def test_a_redis_turned_replica_is_store_unavailable(
     store: RedisStore, raw: Redis, serve_stale_data: str
@@ -606,14 +618,14 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
     watcher_side, worker_side = await make_store(), await make_store()
     await worker_side.submit(request())
     job = (await worker_side.submit(request())).job
-    read = watcher_side.get
+    read = watcher_side._get
     first_read = True
 
-    async def read_then_claim_ahead(tenant: str, job_id: str) -> Any:
+    async def read_then_claim_ahead(tenant: str, job_id: str, operation: str) -> Any:
         # The job ahead is claimed after the watch's first read and before it
         # listens to its queue: the "q" message goes by unheard.
         nonlocal first_read
-        snapshot = await read(tenant, job_id)
+        snapshot = await read(tenant, job_id, operation)
         if first_read:
             first_read = False
             with watcher_side._notifier.listen([f"q {MODEL}"]) as heard:
@@ -621,7 +633,7 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
                 await heard.wait(10)
         return snapshot
 
-    monkeypatch.setattr(watcher_side, "get", read_then_claim_ahead)
+    monkeypatch.setattr(watcher_side, "_get", read_then_claim_ahead)
     stream = watcher_side.watch(TENANT, job.id)
     seen = await asyncio.wait_for(anext(stream), 5)
     if seen.queue_position != 0:

@@ -50,7 +50,6 @@ do
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local TERMINAL = {completed = true, failed = true, cancelled = true, partial = true}
 
 local function jk(id)
   return job_key(PREFIX, id)
@@ -87,6 +86,7 @@ local function emit(id, from, to)
   EMITTED[#EMITTED + 1] = entry
 end
 
+-- store/policy.py retry_delay, in Lua (tests/store/test_policy.py compares them)
 local function backoff_ms(attempts, base_ms, max_ms)
   local delay = base_ms * 2 ^ (math.max(attempts, 1) - 1)
   return math.min(delay, max_ms)
@@ -109,7 +109,7 @@ local function to_queued(id, from, delay_ms)
   if not seq or seq == '' or seq == '0' then
     seq = redis.call('INCR', K_SEQ)
   end
-  redis.call('HSET', key, 'status', 'queued', 'update_time', NOW, 'seq', seq)
+  redis.call('HSET', key, 'status', ST.QUEUED, 'update_time', NOW, 'seq', seq)
   local queue_timeout = tonumber(f[4]) or 0
   if queue_timeout > 0 then
     redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, id)
@@ -120,7 +120,7 @@ local function to_queued(id, from, delay_ms)
     redis.call('ZADD', queue_key(PREFIX, f[1], f[2]), seq, id)
     notify('r', f[1])
   end
-  emit(id, from, 'queued')
+  emit(id, from, ST.QUEUED)
   notify('j', id)
 end
 
@@ -141,10 +141,10 @@ local function release_held(parent_id)
     end
     local cid = popped[1]
     -- an orphan id (record expired or deleted) is dropped, never recreated
-    if redis.call('HGET', jk(cid), 'status') == 'held' then
+    if redis.call('HGET', jk(cid), 'status') == ST.HELD then
       active = active + 1
       released = true
-      to_queued(cid, 'held', 0)
+      to_queued(cid, ST.HELD, 0)
     end
   end
   if released then
@@ -187,7 +187,7 @@ local function child_ended(parent_id, status, was_active)
     return
   end
   redis.call('HINCRBY', pkey, 'done', 1)
-  if status == 'completed' then
+  if status == ST.COMPLETED then
     redis.call('HINCRBY', pkey, 'completed', 1)
   end
   if was_active then
@@ -205,14 +205,11 @@ local function child_ended(parent_id, status, was_active)
   redis.call('HSET', pkey, 'progress', tostring(done / total), 'update_time', NOW)
   release_held(parent_id)
   if done >= total then
-    local final, message = 'partial', ''
-    if completed == total then
-      final = 'completed'
-    elseif completed == 0 then
-      final = 'failed'
-    end
-    if final ~= 'completed' then
-      message = (total - completed) .. ' of ' .. total .. ' children did not complete'
+    -- store/policy.py group_outcome, in Lua
+    local final, message = ST.COMPLETED, ''
+    if completed < total then
+      final = completed == 0 and ST.FAILED or ST.PARTIAL
+      message = group_message(total - completed, total)
     end
     finish(parent_id, final, '', message)
   end
@@ -232,15 +229,15 @@ finish = function(id, status, error_code, error_message)
   redis.call('ZREM', K_RUN, id)
   redis.call('ZREM', K_RETRIES, id)
   redis.call('ZREM', K_QTIMEOUTS, id)
-  if from == 'queued' and kind ~= 'group' then
+  if from == ST.QUEUED and kind ~= KIND.GROUP then
     redis.call('ZREM', queue_key(PREFIX, model, f[4]), id)
     notify('q', model)
-  elseif from == 'held' then
+  elseif from == ST.HELD then
     redis.call('ZREM', held_key(PREFIX, parent_id), id)
-  elseif from == 'processing' and kind ~= 'group' then
+  elseif from == ST.PROCESSING and kind ~= KIND.GROUP then
     redis.call('HINCRBY', K_INFLIGHT, model, -1)
   end
-  if kind ~= 'group' then
+  if kind ~= KIND.GROUP then
     redis.call('HINCRBY', K_LIVE, tenant, -1)
     redis.call('DECR', K_LIVE_TOTAL)
   end
@@ -248,12 +245,12 @@ finish = function(id, status, error_code, error_message)
     'error_code', error_code, 'error_message', error_message)
   emit(id, from, status)
   notify('j', id)
-  if kind == 'group' then
+  if kind == KIND.GROUP then
     if group_done(id) then
       expire_group(id)
     end
-  elseif kind == 'child' then
-    child_ended(parent_id, status, from == 'queued' or from == 'processing')
+  elseif kind == KIND.CHILD then
+    child_ended(parent_id, status, from == ST.QUEUED or from == ST.PROCESSING)
   else
     expire_job(id, RESULT_TTL_MS)
   end
@@ -267,21 +264,21 @@ local function retry_or_exhaust(id, error_code, error_message, delay_ms)
   local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model', 'parent_id')
   -- a running child may finish its attempt after its group was cancelled,
   -- but a retry would queue work for a cancelled group
-  if f[4] and f[4] ~= '' and redis.call('HGET', jk(f[4]), 'status') == 'cancelled' then
-    finish(id, 'cancelled', 'CANCELLED', 'its group was cancelled')
+  if f[4] and f[4] ~= '' and redis.call('HGET', jk(f[4]), 'status') == ST.CANCELLED then
+    finish(id, ST.CANCELLED, ERR.CANCELLED, MSG_GROUP_CANCELLED)
     return
   end
   if tonumber(f[1]) >= tonumber(f[2]) then
     local message = error_code
     if error_message ~= '' then
-      message = error_code .. ': ' .. error_message
+      message = exhausted_message_of(error_code, error_message)
     end
-    finish(id, 'failed', 'ATTEMPTS_EXHAUSTED', message)
+    finish(id, ST.FAILED, ERR.ATTEMPTS_EXHAUSTED, message)
     return
   end
   redis.call('HSET', key, 'error_code', error_code, 'error_message', error_message)
   leave_processing(id, f[3])
-  to_queued(id, 'processing', delay_ms)
+  to_queued(id, ST.PROCESSING, delay_ms)
 end
 
 -- Recovery of PROCESSING attempts whose deadline in `due_key` (leases or
@@ -296,7 +293,7 @@ local function fail_due_attempts(due_key, other_key, limit, error_code, message_
     local f = redis.call('HMGET', jk(id), 'status', 'attempts')
     if not f[1] then
       redis.call('ZREM', other_key, id)
-    elseif f[1] == 'processing' then
+    elseif f[1] == ST.PROCESSING then
       retry_or_exhaust(id, error_code, message_of(f[2]), delay_of(tonumber(f[2])))
     end
   end

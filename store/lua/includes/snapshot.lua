@@ -1,5 +1,5 @@
 -- includes/snapshot.lua: read helpers shared by every script that returns a job.
--- Needs the generated `keys` include first. Keys found here (the job hash,
+-- Needs the generated `keys` and `policy` includes first. Keys found here (the job hash,
 -- its result, children list, the ready queues of its model) are built from
 -- the `prefix` argument, which carries the partition's hash tag.
 
@@ -28,12 +28,12 @@ local function snapshot(prefix, id)
     h[rec[i]] = rec[i + 1]
   end
   local position = -1
-  if h['status'] == 'queued' and h['kind'] ~= 'group' then
+  if h['status'] == ST.QUEUED and h['kind'] ~= KIND.GROUP then
     position = queue_position(prefix, h['model'], h['priority'], h['seq'])
   end
   local result = redis.call('GET', result_key(prefix, id)) or ''
   local kids = {}
-  if h['kind'] == 'group' then
+  if h['kind'] == KIND.GROUP then
     for _, cid in ipairs(redis.call('LRANGE', children_key(prefix, id), 0, -1)) do
       local c = redis.call('HMGET', job_key(prefix, cid), 'child_index', 'status', 'error_code')
       if c[2] then

@@ -1,0 +1,37 @@
+"""The contract's error vocabulary, hand-written beside the stubs (AIP-193).
+
+Every error a server sends carries `google.rpc.ErrorInfo` with `domain`
+ERROR_DOMAIN and one of the `Reason`s below, and bad input carries
+`google.rpc.BadRequest` field violations. The servers send these names and
+the client reads them from here; the store, which may not import the
+contract, keeps its own copy in store/errors.py and a test holds the two
+equal (tests/servers/test_error_mapping.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+ERROR_DOMAIN = "jobgate.dev"
+
+
+class Reason(StrEnum):
+    """`ErrorInfo.reason` values (UPPER_SNAKE, at most 63 characters)."""
+
+    JOB_NOT_FOUND = "JOB_NOT_FOUND"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    LEASE_LOST = "LEASE_LOST"
+    JOB_CANCELLED = "JOB_CANCELLED"
+    TENANT_QUOTA_EXCEEDED = "TENANT_QUOTA_EXCEEDED"
+    QUEUE_FULL = "QUEUE_FULL"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad request field (`BadRequest.FieldViolation`), as the server names it."""
+
+    field: str
+    description: str

@@ -1,0 +1,160 @@
+"""What both stores decide alike, written once.
+
+LocalStore calls these functions; RedisStore's scripts get the same
+constants through the `policy` include that `lua_policy()` generates here
+(as keys.py generates the key helpers), so a status name, an error code or
+a message the store writes is spelled in this module (or model.py) only.
+The one formula Lua keeps its own copy of is the retry backoff
+(includes/common.lua `backoff_ms`), checked against `retry_delay` by
+tests/store/test_policy.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from store.codes import LuaCode
+from store.model import (
+    ERROR_ATTEMPTS_EXHAUSTED,
+    ERROR_CANCELLED,
+    ERROR_HANDLER,
+    ERROR_LEASE_EXPIRED,
+    ERROR_QUEUE_TIMEOUT,
+    ERROR_RUN_TIMEOUT,
+    TERMINAL_STATUSES,
+    Job,
+    JobKind,
+    JobSpec,
+    JobStatus,
+    StoreSettings,
+)
+
+# At most this many jobs per claim call (a worker asking for more gets this many).
+MAX_CLAIM = 64
+
+# error_message the store writes; "{name}" fields are filled in by both stores.
+GROUP_MESSAGE = "{failed} of {total} children did not complete"
+GROUP_CANCELLED_MESSAGE = "its group was cancelled"
+QUEUE_TIMEOUT_MESSAGE = "queued longer than its queue_timeout"
+LEASE_EXPIRED_MESSAGE = "lease of attempt {attempts} expired"
+RUN_TIMEOUT_MESSAGE = "attempt {attempts} ran past its run_timeout"
+EXHAUSTED_MESSAGE = "{error_code}: {error_message}"
+
+_ERROR_CODES = {
+    "ATTEMPTS_EXHAUSTED": ERROR_ATTEMPTS_EXHAUSTED,
+    "CANCELLED": ERROR_CANCELLED,
+    "HANDLER_ERROR": ERROR_HANDLER,
+    "LEASE_EXPIRED": ERROR_LEASE_EXPIRED,
+    "QUEUE_TIMEOUT": ERROR_QUEUE_TIMEOUT,
+    "RUN_TIMEOUT": ERROR_RUN_TIMEOUT,
+}
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A job's effective limits: the spec's, or the store's defaults where it left zero."""
+
+    max_attempts: int
+    queue_timeout: timedelta
+    run_timeout: timedelta
+
+
+def limits(spec: JobSpec, settings: StoreSettings) -> Limits:
+    return Limits(
+        max_attempts=max(1, spec.max_attempts or settings.max_attempts),
+        queue_timeout=spec.queue_timeout or settings.queue_timeout,
+        run_timeout=spec.run_timeout or settings.run_timeout,
+    )
+
+
+def child_key(parent_key: str, index: int) -> str:
+    """A group child's idempotency key: "<parent key>#<index>" ("" without a parent key)."""
+    return f"{parent_key}#{index}" if parent_key else ""
+
+
+def group_outcome(total: int, completed: int) -> tuple[JobStatus, str]:
+    """A finished group's status and error_message, from how many children completed."""
+    if completed == total:
+        return JobStatus.COMPLETED, ""
+    status = JobStatus.FAILED if completed == 0 else JobStatus.PARTIAL
+    return status, GROUP_MESSAGE.format(failed=total - completed, total=total)
+
+
+def exhausted_message(error_code: str, error_message: str) -> str:
+    """The error_message of an ATTEMPTS_EXHAUSTED job: the last attempt's failure."""
+    if not error_message:
+        return error_code
+    return EXHAUSTED_MESSAGE.format(error_code=error_code, error_message=error_message)
+
+
+def retry_delay(attempts: int, settings: StoreSettings) -> timedelta:
+    """How long a retryable failure of attempt `attempts` waits before it is claimable."""
+    delay = settings.retry_backoff_base * (1 << (max(attempts, 1) - 1))
+    return min(delay, settings.retry_backoff_max)
+
+
+def claim_limit(max_jobs: int) -> int:
+    """How many jobs one claim takes: at least one, at most MAX_CLAIM."""
+    return min(max(max_jobs, 1), MAX_CLAIM)
+
+
+def claim_models(models: Sequence[str]) -> list[str]:
+    """The models a claim serves, first mention first (an empty list claims nothing)."""
+    return list(dict.fromkeys(models))
+
+
+def watch_view(job: Job) -> tuple[object, ...]:
+    """What makes a new watch snapshot worth sending."""
+    children = tuple((child.id, child.status) for child in job.children)
+    return (job.status, job.progress, job.stage, job.queue_position, children)
+
+
+# -- the Lua include ---------------------------------------------------------
+
+
+def _lua_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _lua_table(name: str, entries: dict[str, str]) -> str:
+    body = ", ".join(f"{key} = {value}" for key, value in entries.items())
+    return f"local {name} = {{{body}}}"
+
+
+def _lua_template(name: str, template: str) -> str:
+    """A Lua function that fills `template`'s "{field}"s from its arguments, in order."""
+    fields = _FIELD.findall(template)
+    parts = [
+        _lua_string(piece) if index % 2 == 0 else piece
+        for index, piece in enumerate(_FIELD.split(template))
+        if piece or index % 2
+    ]
+    return f"local function {name}({', '.join(fields)}) return {' .. '.join(parts)} end"
+
+
+def lua_policy() -> str:
+    """The `policy` include: status, kind, error-code and return-code names and messages."""
+    statuses = {status.name: _lua_string(status.value) for status in JobStatus}
+    terminal = {status.value: "true" for status in JobStatus if status in TERMINAL_STATUSES}
+    return "\n".join(
+        [
+            "",
+            "-- generated by store/policy.py lua_policy(): edit the Python constants",
+            _lua_table("ST", statuses),
+            _lua_table("KIND", {kind.name: _lua_string(kind.value) for kind in JobKind}),
+            _lua_table("ERR", {k: _lua_string(v) for k, v in _ERROR_CODES.items()}),
+            _lua_table("RC", {code.name: str(code.value) for code in LuaCode}),
+            _lua_table("TERMINAL", terminal),
+            f"local MSG_GROUP_CANCELLED = {_lua_string(GROUP_CANCELLED_MESSAGE)}",
+            f"local MSG_QUEUE_TIMEOUT = {_lua_string(QUEUE_TIMEOUT_MESSAGE)}",
+            _lua_template("group_message", GROUP_MESSAGE),
+            _lua_template("lease_expired_message", LEASE_EXPIRED_MESSAGE),
+            _lua_template("run_timeout_message", RUN_TIMEOUT_MESSAGE),
+            _lua_template("exhausted_message_of", EXHAUSTED_MESSAGE),
+            "",
+        ]
+    )
