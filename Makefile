@@ -29,6 +29,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy --strict $(PY_PACKAGES)
 
+# The benchmark of issue 11 (several minutes): figures into bench/RESULTS.md.
+.PHONY: bench
+bench: venv
+	$(BIN)/python -m bench.run --out bench/RESULTS.md
+
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

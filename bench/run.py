@@ -1,363 +1,279 @@
-"""The jobgate benchmark: figures and ratios from one run.
+"""The jobgate benchmark (issue 11): every figure from one run, as Markdown.
 
-    python -m bench.run [--quick] [--out bench/RESULTS.md]
+    python -m bench.run [--quick] [--out bench/RESULTS.md] [--label TEXT] [--only SECTION]...
 
-Sections:
-1. Dispatch latency of an idle worker: Submit returns -> a waiting ClaimNext
-   returns, on the embedded store and on Redis.
-2. Redis round trips per RPC (INFO commandstats deltas on a private Redis).
-3. Throughput through gRPC: submit, then claim (batches) and complete.
-4. Lookup cost against queue depth: Get (with queue_position) and ClaimNext
-   at depths 1k / 10k / 100k; the ratio shows O(log N), not O(N).
+`make bench` is the full run. `--quick` only proves the harness works (small
+sizes, under two minutes); its figures mean nothing. The modules:
+bench.e2e (throughput, drain, latency, CPU, Redis commands per job),
+bench.depth (cost against queue depth, memory per job), bench.under_load
+(streams and long-polls), bench.roundtrips (MONITOR round trips per RPC).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shlex
+import sys
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import grpc
+from bench import servers
+from bench.commandstats import describe
+from bench.depth import DepthRow, depth_rows
+from bench.e2e import Sizes, TopologyFigures, throughput_and_latency
+from bench.report import latency_cells, ms, percentile, table
+from bench.roundtrips import round_trips
+from bench.sink import Sink, sink
+from bench.under_load import LoadState, under_load
 
-from bench.monitor import RoundTripCounter
-from bench.servers import Topology, embedded, environment_note, on_redis
-from jobgate.v1 import (
-    job_pb2,
-    job_service_pb2,
-    job_service_pb2_grpc,
-    worker_service_pb2,
-    worker_service_pb2_grpc,
-)
-
-TENANT = (("x-jobgate-tenant", "bench"),)
+PROCESSES = ("producer", "gateway", "worker-server", "serve", "worker", "redis")
 
 
-@dataclass
-class Clients:
-    jobs: job_service_pb2_grpc.JobServiceAsyncStub
-    workers: worker_service_pb2_grpc.WorkerServiceAsyncStub
+@dataclass(frozen=True)
+class Plan:
+    e2e: Sizes
+    depths: list[int]
+    depth_calls: int
+    fill_budget: float  # seconds the bulk fill may take in all
+    streams: int
+    pollers: int
+    probe_rate: float
+    probe_seconds: float
+    trips_calls: int
 
 
-def _connect(topology: Topology) -> tuple[Clients, list[grpc.aio.Channel]]:
-    job_channel = grpc.aio.insecure_channel(topology.job_target)
-    worker_channel = grpc.aio.insecure_channel(topology.worker_target)
-    clients = Clients(
-        job_service_pb2_grpc.JobServiceStub(job_channel),
-        worker_service_pb2_grpc.WorkerServiceStub(worker_channel),
-    )
-    return clients, [job_channel, worker_channel]
+FULL = Plan(
+    Sizes(sequential_jobs=2000, inflight_jobs=5000, batch_jobs=5000, drain_jobs=5000,
+          latency_rate=200, latency_seconds=10),
+    depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
+    streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
+)  # fmt: skip
+QUICK = Plan(
+    Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
+          latency_rate=200, latency_seconds=1),
+    depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
+    streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
+)  # fmt: skip
 
 
-def _submit_request(
-    model: str, priority: job_pb2.Priority.ValueType = job_pb2.PRIORITY_BATCH
-) -> job_service_pb2.SubmitRequest:
-    return job_service_pb2.SubmitRequest(
-        priority=priority, job=job_pb2.JobSpec(model=model, payload=b"x" * 256)
-    )
+def _throughput_lines(figures: list[TopologyFigures]) -> list[str]:
+    rows = [
+        [run.topology, str(run.concurrency), run.mode,
+         *([run.note, "", ""] if run.note else [str(run.jobs), f"{run.seconds:.2f}",
+                                                f"{run.rate:.0f}"])]
+        for topology in figures for run in topology.runs
+    ]  # fmt: skip
+    header = ["topology", "worker concurrency", "producer", "jobs", "seconds", "jobs/s"]
+    return ["## 1. End-to-end throughput (first Submit call start -> last handler finish)", "",
+            *table(header, rows), ""]  # fmt: skip
 
 
-def _claim_request(
-    model: str, wait: float, max_jobs: int = 1
-) -> worker_service_pb2.ClaimNextRequest:
-    request = worker_service_pb2.ClaimNextRequest(
-        worker_id="bench-worker", models=[model], max_jobs=max_jobs
-    )
-    request.wait.FromNanoseconds(int(wait * 1e9))
-    return request
+def _drain_lines(figures: list[TopologyFigures]) -> list[str]:
+    rows = [[run.topology, str(run.concurrency), str(run.jobs), f"{run.seconds:.2f}",
+             f"{run.rate:.0f}"] for topology in figures for run in topology.drains]  # fmt: skip
+    header = ["topology", "worker concurrency", "jobs queued first", "seconds", "jobs/s"]
+    return ["## 2. Prefilled drain (jobs queued, then one worker process starts; first handler "
+            "start -> last finish)", "", *table(header, rows), ""]  # fmt: skip
 
 
-async def _complete(clients: Clients, claimed: worker_service_pb2.ClaimedJob) -> None:
-    await clients.workers.SetResult(
-        worker_service_pb2.SetResultRequest(
-            job_id=claimed.job.id,
-            lease_id=claimed.lease_id,
-            status=job_pb2.JOB_STATUS_COMPLETED,
-            result=b"ok",
-        )
-    )
+def _latency_lines(figures: list[TopologyFigures], sizes: Sizes) -> list[str]:
+    rows = [[topology.runs[0].topology, f"{topology.latency_offered:.0f}",
+             str(len(topology.latency)), *latency_cells(topology.latency)]
+            for topology in figures]  # fmt: skip
+    header = ["topology", "Submits/s achieved", "jobs", "p50 ms", "p95 ms", "p99 ms", "max ms"]
+    title = (f"## 3. Latency at {sizes.latency_rate:.0f} Submits/s offered for "
+             f"{sizes.latency_seconds:.0f} s (Submit call start -> handler start, "
+             "worker concurrency 8)")  # fmt: skip
+    return [title, "", *table(header, rows), ""]
 
 
-def _percentiles(samples: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(samples)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    return at(0.50), at(0.95), at(0.99)
-
-
-# 1. dispatch latency ---------------------------------------------------------
-
-
-async def dispatch_latency(topology: Topology, samples: int) -> list[float]:
-    """Seconds from Submit returning to an already-waiting ClaimNext returning."""
-    clients, channels = _connect(topology)
-    model = "bench-dispatch"
-    latencies: list[float] = []
-    try:
-        for _ in range(samples):
-            claim = asyncio.ensure_future(clients.workers.ClaimNext(_claim_request(model, 10.0)))
-            await asyncio.sleep(0.02)  # let the claim reach the server and start waiting
-            await clients.jobs.Submit(_submit_request(model), metadata=TENANT)
-            submitted = time.perf_counter()
-            answer = await claim
-            latencies.append(time.perf_counter() - submitted)
-            for claimed in answer.jobs:
-                await _complete(clients, claimed)
-    finally:
-        for channel in channels:
-            await channel.close(None)
-    return latencies
-
-
-# 2. round trips ----------------------------------------------------------------
-
-
-async def round_trips(topology: Topology, calls: int) -> dict[str, dict[str, float]]:
-    """Redis commands per RPC by name, background (recovery, probes) subtracted."""
-    assert topology.redis is not None
-    counter = RoundTripCounter(topology.redis.port)
-    clients, channels = _connect(topology)
-    model = "bench-trips"
-    result: dict[str, dict[str, float]] = {}
-
-    async def settled() -> Counter[str]:
-        await asyncio.sleep(0.1)  # MONITOR lines trail the replies a little
-        return counter.snapshot()
-
-    async def measure(name: str, action: Callable[[int], Awaitable[None]]) -> None:
-        before, started = await settled(), time.perf_counter()
-        for index in range(calls):
-            await action(index)
-        elapsed = time.perf_counter() - started
-        during = await settled() - before
-        idle_before, idle_start = counter.snapshot(), time.perf_counter()
-        await asyncio.sleep(max(elapsed, 1.0))
-        idle = counter.snapshot() - idle_before
-        idle_seconds = time.perf_counter() - idle_start
-        per_call = {
-            command: (count - idle[command] / idle_seconds * (elapsed + 0.1)) / calls
-            for command, count in during.items()
-        }
-        result[name] = {command: value for command, value in per_call.items() if value >= 0.05}
-
-    submitted: list[str] = []
-    claimed: list[worker_service_pb2.ClaimedJob] = []
-
-    async def submit(_: int) -> None:
-        answer = await clients.jobs.Submit(_submit_request(model), metadata=TENANT)
-        submitted.append(answer.job.id)
-
-    async def get(index: int) -> None:
-        await clients.jobs.Get(job_service_pb2.GetRequest(job_id=submitted[index]), metadata=TENANT)
-
-    async def claim(_: int) -> None:
-        answer = await clients.workers.ClaimNext(_claim_request(model, 0.0))
-        claimed.extend(answer.jobs)
-
-    async def heartbeat(index: int) -> None:
-        job = claimed[index]
-        await clients.workers.Heartbeat(
-            worker_service_pb2.HeartbeatRequest(
-                job_id=job.job.id, lease_id=job.lease_id, progress=0.5, stage="bench"
-            )
-        )
-
-    async def set_result(index: int) -> None:
-        await _complete(clients, claimed[index])
-
-    async def cancel(_: int) -> None:
-        answer = await clients.jobs.Submit(_submit_request("bench-cancel"), metadata=TENANT)
-        await clients.jobs.Cancel(
-            job_service_pb2.CancelRequest(job_id=answer.job.id), metadata=TENANT
-        )
-
-    try:
-        await measure("Submit", submit)
-        await measure("Get", get)
-        await measure("ClaimNext (job waiting)", claim)
-        await measure("Heartbeat", heartbeat)
-        await measure("SetResult", set_result)
-        await measure("Submit + Cancel", cancel)
-        both, submit_only = result.pop("Submit + Cancel"), result["Submit"]
-        result["Cancel"] = {
-            command: value - submit_only.get(command, 0.0)
-            for command, value in both.items()
-            if value - submit_only.get(command, 0.0) >= 0.05
-        }
-    finally:
-        counter.close()
-        for channel in channels:
-            await channel.close(None)
-    return result
-
-
-# 3. throughput -----------------------------------------------------------------
-
-
-async def throughput(topology: Topology, jobs: int, concurrency: int) -> dict[str, float]:
-    clients, channels = _connect(topology)
-    model = "bench-throughput"
-    try:
-        queue: asyncio.Queue[int] = asyncio.Queue()
-        for index in range(jobs):
-            queue.put_nowait(index)
-
-        async def submitter() -> None:
-            while not queue.empty():
-                queue.get_nowait()
-                await clients.jobs.Submit(_submit_request(model), metadata=TENANT)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(submitter() for _ in range(concurrency)))
-        submit_rate = jobs / (time.perf_counter() - started)
-
-        done = 0
-
-        async def worker() -> None:
-            nonlocal done
-            while done < jobs:
-                answer = await clients.workers.ClaimNext(_claim_request(model, 0.2, max_jobs=8))
-                for claimed in answer.jobs:
-                    await _complete(clients, claimed)
-                    done += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        complete_rate = jobs / (time.perf_counter() - started)
-    finally:
-        for channel in channels:
-            await channel.close(None)
-    return {"submit jobs/s": submit_rate, "claim+complete jobs/s": complete_rate}
-
-
-# 4. lookup cost vs depth -------------------------------------------------------
-
-
-async def lookup_cost(
-    topology: Topology, depths: list[int], probes: int
-) -> list[tuple[int, float, float]]:
-    """(depth, Get-with-position ms, ClaimNext ms) with `depth` jobs queued ahead."""
-    clients, channels = _connect(topology)
-    rows: list[tuple[int, float, float]] = []
-    filled = 0
-    model = "bench-depth"
-    try:
-        for depth in depths:
-            filled = await _fill(clients, model, depth - filled) + filled
-            # The probe job sits behind `depth` others: its position is O(log N) to compute.
-            probe = await clients.jobs.Submit(_submit_request(model), metadata=TENANT)
-            request = job_service_pb2.GetRequest(job_id=probe.job.id)
-            started = time.perf_counter()
-            for _ in range(probes):
-                answer = await clients.jobs.Get(request, metadata=TENANT)
-            get_ms = (time.perf_counter() - started) / probes * 1000
-            assert answer.job.queue_position == depth, answer.job.queue_position
-            started = time.perf_counter()
-            claimed: list[worker_service_pb2.ClaimedJob] = []
-            for _ in range(probes):
-                claimed.extend((await clients.workers.ClaimNext(_claim_request(model, 0))).jobs)
-            claim_ms = (time.perf_counter() - started) / probes * 1000
-            # Put the depth back: complete what we claimed and refill.
-            await asyncio.gather(*(_complete(clients, job) for job in claimed))
-            filled = filled + 1 - len(claimed)
-            rows.append((depth, get_ms, claim_ms))
-    finally:
-        for channel in channels:
-            await channel.close(None)
-    return rows
-
-
-async def _fill(clients: Clients, model: str, count: int, concurrency: int = 32) -> int:
-    remaining = count
-
-    async def one() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            await clients.jobs.Submit(_submit_request(model), metadata=TENANT)
-
-    await asyncio.gather(*(one() for _ in range(concurrency)))
-    return count
-
-
-# report --------------------------------------------------------------------------
-
-
-def _breakdown(per_command: dict[str, float]) -> str:
-    return ", ".join(f"{name} {value:.2f}" for name, value in sorted(per_command.items()))
-
-
-def _table(header: list[str], rows: list[list[str]]) -> Iterator[str]:
-    yield "| " + " | ".join(header) + " |"
-    yield "|" + "|".join(" --- " for _ in header) + "|"
-    for row in rows:
-        yield "| " + " | ".join(row) + " |"
-
-
-async def main_async(quick: bool) -> list[str]:
-    samples = 30 if quick else 200
-    lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M}", "", environment_note(), ""]
-
-    lines += ["## 1. Idle worker dispatch latency (Submit returns -> ClaimNext returns)", ""]
+def _cpu_lines(figures: list[TopologyFigures]) -> list[str]:
     rows = []
-    for start in (embedded, on_redis):
-        with start() as topology:
-            p50, p95, p99 = _percentiles(await dispatch_latency(topology, samples))
-            rows.append([topology.name, str(samples), f"{p50 * 1000:.2f}", f"{p95 * 1000:.2f}",
-                         f"{p99 * 1000:.2f}"])  # fmt: skip
-    lines += [*_table(["topology", "samples", "p50 ms", "p95 ms", "p99 ms"], rows), ""]
+    for run in (run for topology in figures for run in topology.runs if not run.note):
+        cells = [run.cpu_per_1000(name) for name in PROCESSES]
+        busiest = max((value, name) for value, name in zip(cells, PROCESSES, strict=True)
+                      if value is not None)  # fmt: skip
+        rows.append([run.topology, str(run.concurrency), run.mode,
+                     *("-" if value is None else f"{value:.2f}" for value in cells),
+                     busiest[1]])  # fmt: skip
+    header = ["topology", "worker concurrency", "producer", *PROCESSES, "most CPU"]
+    return ["## 4. CPU seconds per 1,000 jobs, by process (/proc utime+stime)", "",
+            *table(header, rows), "",
+            "`redis` is jobgate's Redis; the timing sink is a separate redis-server, not "
+            "counted. `producer` is the producer process's own CPU from first call to last "
+            "return.", ""]  # fmt: skip
 
-    lines += ["## 2. Redis round trips per RPC (gateway + worker-server on Redis)", ""]
-    with on_redis() as topology:
-        trips = await round_trips(topology, 50 if quick else 200)
-    rows = [[name, f"{sum(per_command.values()):.2f}", _breakdown(per_command)]
-            for name, per_command in trips.items()]  # fmt: skip
-    lines += [*_table(["RPC", "commands per call", "by command"], rows), ""]
-    lines += [
-        "EVALSHA is the transition's one script. XREAD, where it shows, is the audit-log",
-        "tail of the recovery leader waking on the new event (off the RPC's path).",
-        "",
-    ]
 
-    lines += ["## 3. Throughput through gRPC (16 concurrent callers, ClaimNext max_jobs=8)", ""]
-    rows = []
-    jobs = 500 if quick else 5000
-    for start in (embedded, on_redis):
-        with start() as topology:
-            rates = await throughput(topology, jobs, 16)
-            rows.append([topology.name, str(jobs), f"{rates['submit jobs/s']:.0f}",
-                         f"{rates['claim+complete jobs/s']:.0f}"])  # fmt: skip
-    lines += [*_table(["topology", "jobs", "submit jobs/s", "claim+complete jobs/s"], rows), ""]
+def _commands_lines(figures: list[TopologyFigures]) -> list[str]:
+    rows = [[str(run.concurrency), run.mode, describe(run.commands)]
+            for topology in figures for run in topology.runs if run.commands]  # fmt: skip
+    return ["## 5. Redis commands per job (INFO commandstats deltas over each run)", "",
+            *table(["worker concurrency", "producer", "commands per job; scripts run; largest"],
+                   rows), "",
+            "INFO counts the commands Lua scripts call too, so this is Redis work per job; "
+            "EVALSHA alone is the scripts run (round trips per RPC are in section 6). "
+            "Background work (recovery, leadership, health probes) during the run is "
+            "included.", ""]  # fmt: skip
 
-    depths = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
-    lines += [f"## 4. Lookup cost against queue depth (Redis, {', '.join(map(str, depths))})", ""]
-    with on_redis() as topology:
-        cost = await lookup_cost(topology, depths, 50 if quick else 200)
-    base_get, base_claim = cost[0][1], cost[0][2]
-    rows = [[str(depth), f"{get_ms:.3f}", f"{get_ms / base_get:.2f}", f"{claim_ms:.3f}",
-             f"{claim_ms / base_claim:.2f}"] for depth, get_ms, claim_ms in cost]  # fmt: skip
-    header = ["queue depth", "Get ms", "Get ratio", "ClaimNext ms", "ClaimNext ratio"]
-    lines += [*_table(header, rows), ""]
-    lines.append("A ratio near 1.0 while depth grows 100x is the O(log N) claim and position.")
+
+def _trips_lines(trips: dict[str, dict[str, float]]) -> list[str]:
+    rows = [[name, f"{sum(per.values()):.2f}",
+             ", ".join(f"{cmd} {value:.2f}" for cmd, value in sorted(per.items()))]
+            for name, per in trips.items()]  # fmt: skip
+    return ["## 6. Redis round trips per RPC (MONITOR; gateway + worker-server, AOF everysec)",
+            "", *table(["RPC", "commands per call", "by command"], rows), "",
+            "EVALSHA is the transition's one script. XREAD, where it shows, is the audit-log "
+            "tail of the recovery leader waking on the new event (off the RPC's path).",
+            ""]  # fmt: skip
+
+
+def _p50_p99(samples: list[float]) -> str:
+    return f"{ms(percentile(samples, 0.5))} / {ms(percentile(samples, 0.99))}"
+
+
+def _depth_lines(rows: list[DepthRow], note: str, calls: int) -> list[str]:
+    cells = [[f"{row.depth:,}", _p50_p99(row.submit), _p50_p99(row.get), f"{row.position:,}",
+              _p50_p99(row.claim), f"{row.fill_rate:.0f}", f"{row.memory_per_job:.0f}"]
+             for row in rows]  # fmt: skip
+    header = ["queued", "Submit p50 / p99 ms", "Get p50 / p99 ms", "queue_position read",
+              "ClaimNext p50 / p99 ms", "bulk fill jobs/s",
+              "used_memory bytes per job"]  # fmt: skip
+    lines = [f"## 7. Cost against queue depth (Redis, no persistence, 1 KiB payloads, {calls} "
+             "calls each)", "", *table(header, cells), ""]  # fmt: skip
+    if note:
+        lines += [f"Largest depth measured: {rows[-1].depth if rows else 0:,}; {note}.", ""]
+    lines += ["The queue is filled through RedisStore's submit script, pipelined "
+              "(bench/depth.py); the probes are gRPC calls to the gateway and worker-server. "
+              "used_memory per job is (used_memory now - before the fill) / queued.",
+              ""]  # fmt: skip
     return lines
+
+
+def _load_lines(states: list[LoadState], plan: Plan) -> list[str]:
+    rows = []
+    for state in states:
+        memory = [
+            cell
+            for name in ("gateway", "worker-server")
+            for cell in (f"{state.memory[name][0] / 2**20:.0f}", str(state.memory[name][1]))
+        ]
+        rows.append([state.label, *memory, *latency_cells(state.dispatch)])  # fmt: skip
+    header = ["state", "gateway RSS MiB", "gateway threads", "worker-server RSS MiB",
+              "worker-server threads", "dispatch p50 ms", "p95 ms", "p99 ms", "max ms"]  # fmt: skip
+    return [f"## 8. {plan.streams:,} open StreamStatus streams and {plan.pollers} long-polling "
+            "claims on one gateway / worker-server", "", *table(header, rows), "",
+            f"Dispatch: further jobs at {plan.probe_rate:.0f}/s for {plan.probe_seconds:.0f} s "
+            "to a worker process (concurrency 1), Submit call start -> handler start. The "
+            "streams and polls come from one load process (bench/load.py), streams opened "
+            f"250 at a time; {states[-1].retried_opens} opening calls came back CANCELLED "
+            "without reaching the handler and were retried.", ""]  # fmt: skip
+
+
+def _header(plan_name: str, label: str) -> list[str]:
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M} ({plan_name})", "",
+             f"{servers.environment_note()}; load average at start {load}."]  # fmt: skip
+    if label:
+        lines += ["", f"**{label}**"]
+    return [*lines, "",
+            "Method (the peers'): a private redis-server without persistence; separate "
+            "`jobgate gateway`, `jobgate worker-server` (or one `jobgate serve` on the "
+            "embedded store) and `jobgate worker --handler bench.handlers:noop` processes; "
+            "a producer process (`bench/producer.py`, `jobgate.JobClient`). Each job's "
+            "handler does one RPUSH of its submit, start and finish times to a separate "
+            "timing-sink redis-server, which is how completions are timed.", ""]  # fmt: skip
+
+
+def _e2e_section(plan: Plan, timing: Sink) -> list[str]:
+    figures = []
+    for start in (servers.embedded, lambda: servers.on_redis(None)):
+        with start() as topology:
+            figures.append(throughput_and_latency(topology, timing, plan.e2e))
+    return [*_throughput_lines(figures), *_drain_lines(figures),
+            *_latency_lines(figures, plan.e2e), *_cpu_lines(figures),
+            *_commands_lines(figures)]  # fmt: skip
+
+
+def _trips_section(plan: Plan, _: Sink) -> list[str]:
+    with servers.on_redis() as topology:
+        return _trips_lines(asyncio.run(round_trips(topology, plan.trips_calls)))
+
+
+def _depth_section(plan: Plan, _: Sink) -> list[str]:
+    with servers.on_redis(None) as topology:
+        rows, note = asyncio.run(
+            depth_rows(topology, plan.depths, plan.depth_calls, plan.fill_budget)
+        )
+    return _depth_lines(rows, note, plan.depth_calls)
+
+
+def _load_section(plan: Plan, timing: Sink) -> list[str]:
+    with servers.on_redis(None) as topology:
+        states = under_load(topology, timing, plan.streams, plan.pollers,
+                            plan.probe_rate, plan.probe_seconds)  # fmt: skip
+    return _load_lines(states, plan)
+
+
+# Sections 1-5 come from one set of end-to-end runs.
+SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
+    "e2e": _e2e_section,
+    "roundtrips": _trips_section,
+    "depth": _depth_section,
+    "load": _load_section,
+}
+
+
+def run(
+    plan: Plan, plan_name: str, label: str, only: list[str], out: Path | None
+) -> tuple[list[str], bool]:
+    """The report, and whether every section ran (a failed one says why in it).
+
+    The report so far is written to `out` after each section, so a run that
+    dies late keeps the figures it measured.
+    """
+    started = time.monotonic()
+    lines, ok = _header(plan_name, label), True
+    with sink() as timing:
+        for name in only:
+            print(f"bench: {name} ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+            try:
+                lines += SECTIONS[name](plan, timing)
+            except Exception as error:  # the other sections' figures still count
+                traceback.print_exc()
+                lines += [f"## {name}: failed", "", f"`{type(error).__name__}: {error}`", ""]
+                ok = False
+            if out:
+                out.write_text("\n".join([*lines, "(run in progress)", ""]))
+    command = shlex.join(["python", "-m", "bench.run", *sys.argv[1:]])
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    wall = time.monotonic() - started
+    lines += ["## Run", "", f"Command: `{command}` (`make bench` runs the full one); wall time "
+              f"{wall:.0f} s; load average at the end {load}.", ""]  # fmt: skip
+    return lines, ok
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: proves the harness")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--label", default="", help="a note printed under the title")
+    parser.add_argument(
+        "--only", action="append", choices=sorted(SECTIONS), help="run these sections only"
+    )
     args = parser.parse_args()
-    lines = asyncio.run(main_async(args.quick))
+    plan, name = (QUICK, "quick mode: not figures") if args.quick else (FULL, "full run")
+    lines, ok = run(plan, name, args.label, args.only or list(SECTIONS), args.out)
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out:
         args.out.write_text(report)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Start the processes a benchmark measures: redis-server and jobgate servers."""
+"""Start the processes a benchmark measures: redis-server, jobgate servers, worker daemons."""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tests.launcher import JobgateServer
+from tests.redis_server import RedisServer
 
-from tests.redis_server import RedisServer, free_port
-
-# Caps raised so the depth benchmark can queue 100k jobs for one tenant.
-COMMON_FLAGS = (
-    "--lease-timeout", "10", "--log-level", "warning",
-    "--max-live-per-tenant", "1000000", "--max-live-total", "1000000",
-)  # fmt: skip
+# Caps raised so the depth benchmark can queue 1M jobs for one tenant, and more.
+COMMON_SETTINGS: Mapping[str, str] = {
+    "lease-timeout": "10",
+    "log-level": "warning",
+    "max-live-per-tenant": "10000000",
+    "max-live-total": "10000000",
+}
 
 
 @dataclass(frozen=True)
@@ -30,28 +29,79 @@ class Topology:
     job_target: str
     worker_target: str
     redis: RedisServer | None
+    # Process name -> pid, for the CPU and memory figures read from /proc.
+    pids: dict[str, int] = field(default_factory=dict)
 
 
-def _wait_serving(target: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            try:
-                answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if answer.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server at {target} did not become SERVING")
-            time.sleep(0.05)
+def _pid(server: JobgateServer) -> int:
+    assert server.process is not None
+    return server.process.pid
 
 
 @contextmanager
-def _process(args: Sequence[str]) -> Iterator[subprocess.Popen[bytes]]:
-    command = [sys.executable, "-m", "jobgate.cli", *args]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _server(
+    command: str, workdir: Path, settings: Mapping[str, str] = {}
+) -> Iterator[JobgateServer]:
+    """One server by the shared launcher (port 0, bound ports read back), SERVING."""
+    server = JobgateServer(command, workdir / f"{command}.log", {**COMMON_SETTINGS, **settings})
+    server.start()
+    try:
+        server.wait_serving(timeout=20.0)
+        yield server
+    finally:
+        server.terminate(timeout=15)
+
+
+@contextmanager
+def embedded() -> Iterator[Topology]:
+    """`jobgate serve` on the embedded store: one process, two ports."""
+    with (
+        tempfile.TemporaryDirectory(prefix="jobgate-bench-") as workdir,
+        _server("serve", Path(workdir)) as serve,
+    ):
+        yield Topology(
+            "embedded", serve.address("job"), serve.address("worker"), None, {"serve": _pid(serve)}
+        )
+
+
+@contextmanager
+def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
+    """`jobgate gateway` + `jobgate worker-server` on a private redis-server.
+
+    With AOF at `appendfsync`, or without persistence when it is None (the
+    peers' method for the end-to-end figures).
+    """
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobgate-bench-")))
+        aof = () if appendfsync is None else ("--appendonly", "yes", "--appendfsync", appendfsync)
+        redis = RedisServer(workdir, *aof)
+        redis.start()
+        stack.callback(redis.stop)
+        shared = {"redis-url": redis.url}
+        gateway = stack.enter_context(_server("gateway", workdir, shared))
+        worker_server = stack.enter_context(_server("worker-server", workdir, shared))
+        assert redis.process is not None
+        pids = {"gateway": _pid(gateway), "worker-server": _pid(worker_server),
+                "redis": redis.process.pid}  # fmt: skip
+        name = (
+            "redis (no persistence)"
+            if appendfsync is None
+            else f"redis (appendfsync {appendfsync})"
+        )
+        yield Topology(name, gateway.target, worker_server.target, redis, pids)
+
+
+@contextmanager
+def worker(
+    target: str, model: str, handler: str, concurrency: int, env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `jobgate worker` daemon process (its readiness is the caller's to prove)."""
+    command = [sys.executable, "-m", "jobgate.cli", "worker", "--target", target,
+               "--model", model, "--handler", handler, "--concurrency", str(concurrency),
+               "--log-level", "warning"]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env}
+    )
     try:
         yield process
     finally:
@@ -61,38 +111,6 @@ def _process(args: Sequence[str]) -> Iterator[subprocess.Popen[bytes]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-@contextmanager
-def embedded() -> Iterator[Topology]:
-    """`jobgate serve` on the embedded store: one process, two ports."""
-    job_port, worker_port = free_port(), free_port()
-    job, worker = f"127.0.0.1:{job_port}", f"127.0.0.1:{worker_port}"
-    args = ["serve", "--listen", job, "--worker-listen", worker, "--metrics-listen",
-            f"127.0.0.1:{free_port()}", *COMMON_FLAGS]  # fmt: skip
-    with _process(args):
-        _wait_serving(job)
-        _wait_serving(worker)
-        yield Topology("embedded", job, worker, None)
-
-
-@contextmanager
-def on_redis(appendfsync: str = "everysec") -> Iterator[Topology]:
-    """`jobgate gateway` + `jobgate worker-server` on a private redis-server with AOF."""
-    with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobgate-bench-")))
-        redis = RedisServer(workdir, "--appendonly", "yes", "--appendfsync", appendfsync)
-        redis.start()
-        stack.callback(redis.stop)
-        job, worker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-        shared = ["--redis-url", redis.url, *COMMON_FLAGS]
-        stack.enter_context(_process(["gateway", "--listen", job, "--metrics-listen",
-                                      f"127.0.0.1:{free_port()}", *shared]))  # fmt: skip
-        stack.enter_context(_process(["worker-server", "--listen", worker, "--metrics-listen",
-                                      f"127.0.0.1:{free_port()}", *shared]))  # fmt: skip
-        _wait_serving(job)
-        _wait_serving(worker)
-        yield Topology(f"redis (appendfsync {appendfsync})", job, worker, redis)
 
 
 def environment_note() -> str:

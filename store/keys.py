@@ -58,6 +58,12 @@ class Keys:
         ("a:b", "c") and ("a", "b:c") never collide."""
         return f"{self.prefix}idem:{len(tenant)}:{tenant}:{key}"
 
+    def op(self, op_id: str) -> str:
+        """String, short TTL: what one transition call did, so a resend of the
+        same call answers from it instead of running again (the last KEY of
+        submit, claim, cancel and set_result; see includes/once.lua)."""
+        return f"{self.prefix}op:{op_id}"
+
     # Per model -----------------------------------------------------------------
     def queue(self, model: str, priority: Priority) -> str:
         """Sorted set: claimable job ids of (model, priority) scored by submit sequence."""

@@ -3,7 +3,10 @@
 Atomicity: every transition is plain synchronous code with no `await` inside,
 so on the one event loop that owns the store each transition runs whole;
 waiters (claim long-polls, watch, events) sleep on asyncio.Events that
-transitions set. Callers only ever get fresh `Job` snapshots.
+transitions set. Callers only ever get fresh `Job` snapshots. Wake-ups are
+routed like RedisStore's messages: a change wakes the watchers of the jobs it
+touched (and of jobs queued for the same model, whose positions move) and
+the claims of the models that got a claimable job, never every waiter.
 
 Cost: claim and queue position are O(log N) through one `_OrderedQueue`
 (a Fenwick tree over submit slots) per (model, priority); lease, run,
@@ -14,10 +17,10 @@ what fell due (entries made stale by a later transition are skipped).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -69,6 +72,49 @@ from store.protocol import Store
 QueueKey = tuple[str, Priority]
 # What a set_result asked for, to recognise a repeat after a lost answer.
 Outcome = tuple[JobStatus, bool, str, bytes]
+
+
+class _Waiters:
+    """In-process wake-ups by topic: "j <id>" (a job changed), "q <model>" (its
+    queue moved) and "r <model>" (a job became claimable). Each waiter owns one
+    Event, set by a wake-up of any of its topics; it clears it before reading
+    the state, so a change made after the read is never missed.
+    """
+
+    def __init__(self) -> None:
+        self._by_topic: dict[str, set[asyncio.Event]] = {}
+
+    @contextlib.contextmanager
+    def listen(self, event: asyncio.Event, topics: Iterable[str]) -> Iterator[set[str]]:
+        """Register `event` under `topics`; the yielded set may grow (see `add`)."""
+        listened: set[str] = set()
+        for topic in topics:
+            self.add(event, topic, listened)
+        try:
+            yield listened
+        finally:
+            for topic in listened:
+                waiting = self._by_topic.get(topic)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._by_topic[topic]
+
+    def add(self, event: asyncio.Event, topic: str, listened: set[str]) -> None:
+        if topic not in listened:
+            listened.add(topic)
+            self._by_topic.setdefault(topic, set()).add(event)
+
+    def count(self, topic: str) -> int:
+        return len(self._by_topic.get(topic, ()))
+
+    def wake(self, topics: Iterable[str]) -> None:
+        for topic in topics:
+            for event in self._by_topic.get(topic, ()):
+                event.set()
+
+    def wake_all(self) -> None:
+        self.wake(list(self._by_topic))
 
 
 class _OrderedQueue:
@@ -329,11 +375,11 @@ class LocalStore(Store):
         self._next_event = 1
         self._captured: list[JobEvent] | None = None
         self._leader: tuple[str, float] | None = None
-        # Replaced on every wake-up: waiters hold the old one, which gets set.
-        self._claimable = asyncio.Event()
+        # Replaced on every wake-up: event readers hold the old one, which gets set.
         self._changed = asyncio.Event()
-        self._claimable_pending = False  # a job became claimable since the last wake-up
-        self._waiting_claims: Counter[str] = Counter()
+        self._waiters = _Waiters()
+        self._claimable_models: set[str] = set()  # got a claimable job since the last wake-up
+        self._woken_through = 1  # events numbered below this have woken their waiters
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -404,19 +450,27 @@ class LocalStore(Store):
         self._check_open("watch")
         self._visible_record(tenant, job_id)
         last: tuple[object, ...] | None = None
-        while True:
-            changed = self._changed
-            record = self._fresh(job_id, self._clock())
-            if record is None:
-                return
-            job = self._snapshot(record)
-            view = policy.watch_view(job)
-            if view != last:
-                last = view
-                yield job
-            if job.terminal or self._closed:
-                return
-            await changed.wait()
+        woken, moved = asyncio.Event(), asyncio.Event()
+        with (
+            self._waiters.listen(woken, [f"j {job_id}"]),
+            self._waiters.listen(moved, []) as topics,
+        ):
+            while True:
+                woken.clear()  # before the read: a change after it is kept
+                moved.clear()
+                record = self._fresh(job_id, self._clock())
+                if record is None:
+                    return
+                job = self._snapshot(record)
+                if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
+                    self._waiters.add(moved, f"q {job.model}", topics)  # positions move
+                view = policy.watch_view(job)
+                if view != last:
+                    last = view
+                    yield job
+                if job.terminal or self._closed:
+                    return
+                await _settled(woken, moved)
 
     # -- worker-facing -------------------------------------------------------
 
@@ -432,26 +486,41 @@ class LocalStore(Store):
         wanted = policy.claim_models(models)
         if not wanted:
             return []
-        while True:
-            claimable = self._claimable
-            claimed = self._claim_now(worker_id, wanted, policy.claim_limit(max_jobs))
-            if claimed or self._closed:
-                return claimed
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            self._waiting_claims.update(wanted)
-            try:
-                async with asyncio.timeout(remaining):
-                    await claimable.wait()
-            except TimeoutError:
-                return []
-            finally:
-                self._waiting_claims.subtract(wanted)
+        woken = asyncio.Event()
+        with self._waiters.listen(woken, [f"r {model}" for model in wanted]):
+            while True:
+                woken.clear()
+                claimed = self._claim_now(worker_id, wanted, policy.claim_limit(max_jobs))
+                if claimed or self._closed:
+                    return claimed
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                try:
+                    async with asyncio.timeout(remaining):
+                        await woken.wait()
+                except TimeoutError:
+                    return []
 
     def waiting_claims(self, model: str) -> int:
         """Claims blocked waiting for `model` (tests, debugging), as RedisStore's."""
-        return self._waiting_claims[model]
+        return self._waiters.count(f"r {model}")
+
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        self._check_open("release")
+        now = self._clock()
+        released = 0
+        for item in leases:
+            record = self._fresh(item.job.id, now)
+            if record is None or record.status is not JobStatus.PROCESSING:
+                continue
+            if record.lease_id != item.lease_id:
+                continue
+            self._release(record, now)
+            released += 1
+        if released:
+            self._wake()
+        return released
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
@@ -470,7 +539,7 @@ class LocalStore(Store):
         if (progress, stage) != (record.progress, record.stage):
             record.progress, record.stage = progress, stage
             record.update_time = now
-            self._wake()
+            self._wake(record.id)  # progress changes are not events
         return HeartbeatResult(_dt(record.lease_deadline), cancel_requested=False)
 
     async def record_result(
@@ -777,7 +846,7 @@ class LocalStore(Store):
         self._seq += 1
         record.seq = self._seq
         self._queue_of(record).append(record.id)
-        self._claimable_pending = True
+        self._claimable_models.add(record.model)
         self._start_queue_clock(record, now)
 
     def _start_queue_clock(self, record: _Record, now: float) -> None:
@@ -834,7 +903,21 @@ class LocalStore(Store):
             self._push(self._retries, record.ready_at, record)
         else:
             self._queue_of(record).restore(record.id)
-            self._claimable_pending = True
+            self._claimable_models.add(record.model)
+
+    def _release(self, record: _Record, now: float) -> None:
+        """PROCESSING -> QUEUED as if the claim never happened (release.lua's twin)."""
+        record.attempts -= 1
+        record.lease_id = ""  # a late heartbeat or set_result with it is LEASE_LOST
+        parent = self._jobs.get(record.parent_id)
+        if parent is not None and parent.status is JobStatus.CANCELLED:
+            record.error_code, record.error_message = ERROR_CANCELLED, "its group was cancelled"
+            self._end(record, JobStatus.CANCELLED, now)
+            return
+        self._transition(record, JobStatus.QUEUED, now)
+        self._start_queue_clock(record, now)
+        self._queue_of(record).restore(record.id)
+        self._claimable_pending = True
 
     def _cancel_job(self, record: _Record, reason: str, now: float) -> None:
         record.cancel_requested = record.status is JobStatus.PROCESSING
@@ -926,7 +1009,7 @@ class LocalStore(Store):
         for record in self._retries.due(now, self._jobs):
             record.ready_at = 0.0
             self._queue_of(record).restore(record.id)
-            self._claimable_pending = True
+            self._claimable_models.add(record.model)
             promoted = True
         return promoted
 
@@ -1044,11 +1127,41 @@ class LocalStore(Store):
         if self._closed:
             raise StoreUnavailable(f"{operation}: the store is closed")
 
-    def _wake(self) -> None:
-        """Wake watchers and event readers; claimers too when jobs became claimable."""
+    def _wake(self, *job_ids: str) -> None:
+        """Wake event readers, and the waiters of what changed since the last wake-up."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-        if self._claimable_pending or self._closed:
-            self._claimable_pending = False
-            ready, self._claimable = self._claimable, asyncio.Event()
-            ready.set()
+        if self._closed or self._woken_through < self._first_event:
+            self._waiters.wake_all()  # closing, or events trimmed before they woke anyone
+        else:
+            self._waiters.wake(self._changed_topics(job_ids))
+        self._woken_through = self._next_event
+        self._claimable_models.clear()
+
+    def _changed_topics(self, job_ids: Iterable[str]) -> set[str]:
+        topics = {f"j {job_id}" for job_id in job_ids}
+        for event in self._events[self._woken_through - self._first_event :]:
+            topics.add(f"j {event.job_id}")
+            if event.parent_job_id:
+                topics.add(f"j {event.parent_job_id}")  # its progress and children moved
+            topics.add(f"q {event.model}")
+        for model in self._claimable_models:
+            topics.update((f"r {model}", f"q {model}"))
+        return topics
+
+
+async def _settled(own: asyncio.Event, moved: asyncio.Event) -> None:
+    """Return at once on an own change; after a queue move, within POSITION_SETTLE.
+
+    A queue that moves many times a second (a burst of claims or cancels)
+    then costs each watcher of it one re-read per POSITION_SETTLE, not one per move.
+    """
+    own_wait = asyncio.ensure_future(own.wait())
+    moved_wait = asyncio.ensure_future(moved.wait())
+    try:
+        await asyncio.wait({own_wait, moved_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if not own.is_set():
+            await asyncio.wait({own_wait}, timeout=policy.POSITION_SETTLE)
+    finally:
+        own_wait.cancel()
+        moved_wait.cancel()

@@ -107,6 +107,12 @@ def claim_models(models: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(models))
 
 
+#: A watch woken only because its queue moved (a position changed) re-reads
+#: at most this often, so a burst of claims or cancels on a busy queue costs
+#: each watcher one re-read per interval, not one per move.
+POSITION_SETTLE = 0.5
+
+
 def watch_view(job: Job) -> tuple[object, ...]:
     """What makes a new watch snapshot worth sending."""
     children = tuple((child.id, child.status) for child in job.children)

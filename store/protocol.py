@@ -22,6 +22,15 @@ Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
   the given models. Each claimed job becomes PROCESSING with attempts+1, the
   worker id, a fresh lease id (fencing token), and a lease deadline from the
   store's clock. At most one live lease per job.
+* Release: a lease whose claimer never learned of it (its deadline passed,
+  it was cancelled, the server drains) is given back at once: the job is
+  QUEUED again at its original place with attempts restored (a child of a
+  cancelled group ends CANCELLED instead); the lease id is dead from then on.
+  A lease that is no longer the job's live one is skipped.
+* Exactly once per call: a transition runs once per call even when the
+  backend's answer is lost and the call is resent (RedisStore: an operation
+  key per call); a claim cancelled while the backend runs it releases what
+  it leased.
 * Heartbeat / set_result with a lease id that is not the job's current lease
   raise `LeaseLost` and change nothing. A set_result repeated with the same
   lease id and outcome returns the stored job unchanged. set_result on a job
@@ -129,6 +138,12 @@ class Store(Protocol):
         Returns as soon as at least one job was claimed; an empty list means
         nothing came within `wait`. A job submitted while the caller waits
         wakes it at once (pushed, also across replicas on Redis).
+        """
+
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        """Give back leases nobody received: QUEUED at the original place, attempts restored.
+
+        Returns how many were released; a lease no longer live is skipped.
         """
 
     async def heartbeat(

@@ -42,7 +42,11 @@ class Listener:
     def __init__(self, notifier: Notifier, topics: Iterable[str]) -> None:
         self._notifier = notifier
         self.topics: set[str] = set(topics)
+        # The first topics are the listener's own (a message there is urgent);
+        # later ones, added with `add`, only say that something nearby moved.
+        self.own: set[str] = set(self.topics)
         self.event = asyncio.Event()
+        self.own_event = asyncio.Event()
         self.waiting = False
 
     def add(self, topic: str) -> bool:
@@ -55,6 +59,17 @@ class Listener:
 
     def clear(self) -> None:
         self.event.clear()
+        self.own_event.clear()
+
+    async def settle(self, seconds: float) -> None:
+        """After a wake-up by a later topic only, wait up to `seconds` for an own one.
+
+        A queue that moves many times a second then costs each watcher one
+        re-read per `seconds`, not one per move; its own change is never delayed.
+        """
+        if self.event.is_set() and not self.own_event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.own_event.wait(), seconds)
 
     async def wait(self, timeout: float) -> None:
         """Return on a message, on timeout or at close; raise if pub/sub is down."""
@@ -130,6 +145,7 @@ class Notifier:
         for waiting in self._listeners.values():
             for listener in waiting:
                 listener.event.set()
+                listener.own_event.set()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if message.get("type") != "message":
@@ -137,8 +153,11 @@ class Notifier:
         data = message.get("data")
         if not isinstance(data, bytes):
             return
-        for listener in self._listeners.get(data.decode(errors="replace"), ()):
+        topic = data.decode(errors="replace")
+        for listener in self._listeners.get(topic, ()):
             listener.event.set()
+            if topic in listener.own:
+                listener.own_event.set()
 
     async def _subscribe(self) -> Any:
         pubsub = self._client_factory().pubsub(ignore_subscribe_messages=True)

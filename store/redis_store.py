@@ -3,7 +3,10 @@
 Layout, scripts, wake-ups and durability are described in docs/redis-layout.md.
 Every hot-path call (submit, get, claim, heartbeat, set_result, cancel) is one
 EVALSHA round trip; a Redis failure of any kind is raised as StoreUnavailable,
-never read as an empty answer.
+never read as an empty answer. Each mutating call carries its own operation
+key, so redis-py's resend after a broken connection answers the first run's
+outcome instead of running the transition twice (docs/store-semantics.md,
+"Exactly once per call").
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
@@ -62,7 +66,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
-from store.policy import child_key, claim_limit, claim_models, limits, watch_view
+from store.policy import POSITION_SETTLE, child_key, claim_limit, claim_models, limits, watch_view
 from store.protocol import Store
 from store.redis_codec import (
     claimed_from_reply,
@@ -85,6 +89,23 @@ CONNECT_TIMEOUT = 0.5
 SAFETY_RECHECK = 5.0
 # Due items handled per recovery script call.
 RECOVER_BATCH = 100
+# Connections of the pool every RPC uses. It is a blocking pool: a burst of
+# calls waits (up to SOCKET_TIMEOUT) for a connection instead of failing
+# with "Too many connections".
+POOL_CONNECTIONS = 64
+# Re-reads by woken streams and long polls share this many of those
+# connections, so 2,000 streams woken at once queue here (never failing)
+# and leave the rest of the pool to RPCs.
+WAITER_READS = 16
+# Leadership, recovery and the health ping run on a pool of their own,
+# which no stream, long poll or burst of RPCs can exhaust.
+CONTROL_CONNECTIONS = 2
+# A claim whose caller is gone is undone in the background; these bound it.
+RELEASE_ATTEMPTS = 5
+RELEASE_RETRY_DELAY = 0.2
+# close() waits this long for such releases before dropping them (their
+# leases then expire after lease_timeout, as after a crash).
+RELEASE_GRACE = 2.0
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -134,7 +155,9 @@ class RedisStore(Store):
         self.url = url
         self.keys = Keys(partition)
         self._scripts = Scripts()
-        self._client = self._new_client(SOCKET_TIMEOUT)
+        self._client = self._new_client(SOCKET_TIMEOUT, connections=POOL_CONNECTIONS)
+        self._control = self._new_client(SOCKET_TIMEOUT, connections=CONTROL_CONNECTIONS)
+        self._waiter_reads = asyncio.Semaphore(WAITER_READS)
         # XREAD BLOCK waits longer than SOCKET_TIMEOUT: its own connection,
         # bounded by asyncio.wait_for instead.
         self._blocking = self._new_client(None)
@@ -143,17 +166,25 @@ class RedisStore(Store):
         self._pubsub = self._new_client(SOCKET_TIMEOUT, retries=0)
         self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
         self._closed = False
+        self._background: set[asyncio.Task[None]] = set()
 
-    def _new_client(self, socket_timeout: float | None, retries: int = 1) -> Redis:
+    def _new_client(
+        self, socket_timeout: float | None, retries: int = 1, connections: int = 8
+    ) -> Redis:
         # One retry on a broken connection: a pooled connection may be stale
-        # after a Redis restart. Timeouts are never retried (the script may
-        # have run).
-        return Redis.from_url(
+        # after a Redis restart. The resend is safe for scripts: each call's
+        # operation key makes a second run answer the first run's outcome.
+        # Timeouts are never retried; a claim whose outcome is unknown is
+        # released (_undo_claim).
+        pool = BlockingConnectionPool.from_url(
             self.url,
+            max_connections=connections,
+            timeout=SOCKET_TIMEOUT,
             socket_timeout=socket_timeout,
             socket_connect_timeout=CONNECT_TIMEOUT,
             retry=Retry(NoBackoff(), retries, supported_errors=(RedisConnectionError,)),
         )
+        return Redis.from_pool(pool)
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
@@ -185,13 +216,15 @@ class RedisStore(Store):
     async def close(self) -> None:
         self._closed = True
         await self._notifier.close()
-        for client in (self._client, self._blocking, self._pubsub):
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
+        for client in (self._client, self._control, self._blocking, self._pubsub):
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
 
     async def ping(self) -> None:
         with self._operation("ping"):
-            await self._client.ping()
+            await self._control.ping()
 
     # Plumbing ------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -216,10 +249,18 @@ class RedisStore(Store):
         keys: Sequence[str],
         args: Sequence[ArgValue],
         operation: str | None = None,
+        client: Redis | None = None,
     ) -> Any:
-        """Run a script; `operation` (default: the script's name) names the call."""
+        """Run a script; `operation` (default: the script's name) names the call.
+
+        `client` is the RPC pool unless given (recovery runs on its own).
+        """
         with self._operation(operation or script):
-            return await self._scripts.run(self._client, script, keys, args)
+            return await self._scripts.run(client or self._client, script, keys, args)
+
+    def _op_key(self) -> str:
+        """A fresh operation key: the last KEY of a transition that must run once per call."""
+        return self.keys.op(uuid.uuid4().hex)
 
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
@@ -235,12 +276,14 @@ class RedisStore(Store):
         keys: Sequence[str],
         args: Sequence[ArgValue],
         operation: str | None = None,
+        client: Redis | None = None,
     ) -> Any:
         return await self._run(
             script,
             [*self.keys.transition_keys(), *keys],
             [*self._common_args(), *args],
             operation,
+            client,
         )
 
     # Submit --------------------------------------------------------------------
@@ -249,6 +292,7 @@ class RedisStore(Store):
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+        keys.append(self._op_key())
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
@@ -355,16 +399,19 @@ class RedisStore(Store):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.total_seconds()
         with self._notifier.listen(f"r {model}" for model in models) as listener:
+            listener.clear()
+            claimed = await self._claim_once(worker_id, models, max_jobs)
             while True:
-                listener.clear()  # before the read: a wake-up after it is kept
-                claimed = await self._claim_once(worker_id, models, max_jobs)
                 remaining = deadline - loop.time()
                 if claimed or remaining <= 0 or self._closed:
                     return claimed
                 with reporting(self.on_failure, "claim"):
-                    await listener.wait(min(remaining, SAFETY_RECHECK))
+                    await listener.wait(min(remaining, _recheck()))
                 if self._closed:
                     return []
+                async with self._waiter_reads:
+                    listener.clear()  # before the read: a wake-up after it is kept
+                    claimed = await self._claim_once(worker_id, models, max_jobs)
 
     def waiting_claims(self, model: str) -> int:
         """Claims on this RedisStore blocked waiting for `model` (tests, debugging)."""
@@ -380,8 +427,60 @@ class RedisStore(Store):
             len(models),
             *(uuid.uuid4().hex for _ in range(max_jobs)),
         ]
-        reply = await self._transition("claim", self.keys.claim_queues(models), args)
+        op_key = self._op_key()
+        call = asyncio.ensure_future(
+            self._transition("claim", [*self.keys.claim_queues(models), op_key], args)
+        )
+        try:
+            # shielded: a caller cancelled now must not drop leases the script made
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            self._in_background(self._undo_claim(op_key, call))
+            raise
+        except StoreUnavailable:
+            # a timeout, or the connection broke again: the script may have run
+            self._in_background(self._undo_claim(op_key, call))
+            raise
         return [claimed_from_reply(entry) for entry in reply]
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _undo_claim(self, op_key: str, call: asyncio.Future[Any]) -> None:
+        """Once the claim call settled, give back whatever it leased (nobody got it).
+
+        It runs even while the store closes (close() waits RELEASE_GRACE for it).
+        """
+        await asyncio.wait([call])
+        keys = [*self.keys.transition_keys(), op_key]
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                with reporting(self.on_failure, "release"), _translated("release"):
+                    released = await self._scripts.run(
+                        self._client, "release", keys, self._common_args()
+                    )
+            except StoreError as error:
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    await asyncio.sleep(RELEASE_RETRY_DELAY)
+                    continue
+                log.warning(
+                    "could not release an abandoned claim (%s); its leases expire after "
+                    "the lease timeout",
+                    error,
+                )
+                return
+            if released:
+                log.info("released %d lease(s) of a claim whose caller was gone", released)
+            return
+
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        if not leases:
+            return 0
+        args = [value for item in leases for value in (item.job.id, item.lease_id)]
+        reply = await self._transition("release", [], args)
+        return int(reply)
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
@@ -405,7 +504,7 @@ class RedisStore(Store):
         s = self.settings
         reply = await self._transition(
             "set_result",
-            [self.keys.job(job_id), self.keys.result(job_id)],
+            [self.keys.job(job_id), self.keys.result(job_id), self._op_key()],
             [
                 job_id,
                 lease_id,
@@ -423,7 +522,9 @@ class RedisStore(Store):
         return ResultRecorded(job_from_snapshot(reply[1]), applied=reply[2] == 1)
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        reply = await self._transition("cancel", [self.keys.job(job_id)], [job_id, tenant, reason])
+        reply = await self._transition(
+            "cancel", [self.keys.job(job_id), self._op_key()], [job_id, tenant, reason]
+        )
         _check_code(reply, job_id)
         return CancelResult(job=job_from_snapshot(reply[1]), cancelled=reply[0] == 1)
 
@@ -440,7 +541,7 @@ class RedisStore(Store):
         ):
             while True:
                 handled, emitted = await self._transition(
-                    name, [], [RECOVER_BATCH, *extra], "recover"
+                    name, [], [RECOVER_BATCH, *extra], "recover", self._control
                 )
                 events.extend(event_from_emitted(entry) for entry in emitted)
                 if handled < RECOVER_BATCH:
@@ -448,13 +549,18 @@ class RedisStore(Store):
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
-        reply = await self._run("acquire_leadership", [self.keys.leader], [holder, to_ms(ttl)])
+        reply = await self._run(
+            "acquire_leadership",
+            [self.keys.leader],
+            [holder, to_ms(ttl)],
+            client=self._control,
+        )
         return bool(reply)
 
     # Watch and events ------------------------------------------------------------
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         with self._notifier.listen([f"j {job_id}"]) as listener:
-            job = await self._get(tenant, job_id, "watch")
+            job = await self._waiter_get(tenant, job_id)
             seen: tuple[object, ...] | None = None
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
@@ -465,18 +571,24 @@ class RedisStore(Store):
                     new_r = listener.add(f"r {job.model}")
                     if new_q or new_r:
                         listener.clear()
-                        job = await self._get(tenant, job_id, "watch")
+                        job = await self._waiter_get(tenant, job_id)
                 if watch_view(job) != seen:
                     seen = watch_view(job)
                     yield job
                 if job.terminal or self._closed:
                     return
                 with reporting(self.on_failure, "watch"):
-                    await listener.wait(SAFETY_RECHECK)
+                    await listener.wait(_recheck())
+                    await listener.settle(POSITION_SETTLE)
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
-                job = await self._get(tenant, job_id, "watch")
+                job = await self._waiter_get(tenant, job_id)
+
+    async def _waiter_get(self, tenant: str, job_id: str) -> Job:
+        """A stream's read: queued behind other streams, never failing for want of a connection."""
+        async with self._waiter_reads:
+            return await self._get(tenant, job_id, "watch")
 
     async def events(
         self,
@@ -529,3 +641,8 @@ class RedisStore(Store):
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
+
+
+def _recheck() -> float:
+    """The safety re-check delay, jittered so streams opened together do not re-read together."""
+    return SAFETY_RECHECK * random.uniform(0.8, 1.2)

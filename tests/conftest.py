@@ -1,4 +1,4 @@
-"""Shared fixtures: a private redis-server, and a Store per backend."""
+"""Shared fixtures: a private redis-server, a fresh partition, and the TLS certificates."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.pki import Pki, make_pki
 from tests.redis_server import RedisServer
 
 
@@ -33,3 +34,9 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def partition() -> str:
     """A fresh key partition (hash tag) for one test."""
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The session's CA and certificates, issued once for every TLS test."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -15,7 +16,7 @@ from serving.auth import Role
 from serving.context import Serving
 from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
-from store.errors import JobCancelled, JobNotFound, LeaseLost
+from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
 from store.model import ClaimedJob, Job
 from worker_server import convert, validate
 
@@ -30,6 +31,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     def __init__(self, serving: Serving) -> None:
         self._serving = serving
         self._store = serving.store
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def _authorize(self, context: Context) -> None:
         # Workers serve every tenant (a shared fleet); the lease id proves ownership.
@@ -41,8 +43,27 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize(context)
         validate.claim_next(request)
         wait = _wait(request, context)
-        claimed = await self._claim(request.worker_id, request.models, request.max_jobs or 1, wait)
+        claimed = await self._claim(
+            request.worker_id, request.models, request.max_jobs or 1, wait, context
+        )
         return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
+
+    def _release_later(self, claimed: Sequence[ClaimedJob]) -> None:
+        """Give the leases back at once (not after lease_timeout), even if this call dies."""
+        if not claimed:
+            return
+        task = asyncio.create_task(self._release(claimed))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _release(self, claimed: Sequence[ClaimedJob]) -> None:
+        try:
+            released = await self._store.release(claimed)
+        except StoreError as error:
+            log.warning("could not release a claim whose caller was gone: %s", error)
+            return
+        for item in claimed[:released]:
+            log.info("job claim released", extra=job_fields(item.job))
 
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: Context
@@ -75,17 +96,34 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         if request.max_jobs > 0:
             # A heartbeat's answer (cancel_requested) must not wait for a job.
             wait = timedelta(0) if request.heartbeats else _wait(request, context)
-            claimed = await self._claim(request.worker_id, request.models, request.max_jobs, wait)
+            claimed = await self._claim(
+                request.worker_id, request.models, request.max_jobs, wait, context
+            )
             response.jobs.extend(convert.claimed_job(item) for item in claimed)
         return response
 
     async def _claim(
-        self, worker_id: str, models: Sequence[str], max_jobs: int, wait: timedelta
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        max_jobs: int,
+        wait: timedelta,
+        context: Context,
     ) -> list[ClaimedJob]:
-        claim = self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait)
-        finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        claim = asyncio.ensure_future(
+            self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait)
+        )
+        try:
+            finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        except asyncio.CancelledError:
+            # cancelled as the store answered: nobody will receive these leases
+            self._release_later(_claimed_by(claim))
+            raise
         if not finished or not claimed:
             return []  # nothing came, or the server is draining
+        if _caller_gone(context):
+            self._release_later(claimed)
+            return []
         self._serving.metrics.claimed(claimed)
         for item in claimed:
             log.info("job claimed", extra=job_fields(item.job, worker_id=worker_id))
@@ -136,6 +174,19 @@ def _refusal(refused: LeaseLost | JobCancelled | JobNotFound) -> pb.ReportOutcom
     if isinstance(refused, JobCancelled):
         return pb.REPORT_OUTCOME_JOB_CANCELLED
     return pb.REPORT_OUTCOME_JOB_NOT_FOUND
+
+
+def _claimed_by(claim: asyncio.Future[list[ClaimedJob]]) -> list[ClaimedJob]:
+    """What a settled claim leased; nothing if it failed or was cancelled."""
+    if not claim.done() or claim.cancelled() or claim.exception() is not None:
+        return []
+    return claim.result()
+
+
+def _caller_gone(context: Context) -> bool:
+    """The client cancelled, or its deadline passed: an answer would be dropped."""
+    remaining = context.time_remaining()
+    return context.cancelled() or (remaining is not None and remaining <= 0)
 
 
 def _wait(request: pb.ClaimNextRequest | pb.ReportAndClaimRequest, context: Context) -> timedelta:

@@ -4,6 +4,7 @@
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11]     the job hash
+    KEYS[12]     this call's operation key (includes/once.lua)
     ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      job id
     ARGV[5]      tenant (another tenant's job is JOB_NOT_FOUND)
@@ -12,7 +13,7 @@
   Keys built from the prefix: a group's children, a child's parent.
 
   Output:
-    {1, snapshot}  cancelled now
+    {1, snapshot}  cancelled now (also the answer to a resend of that call)
     {0, snapshot}  already terminal: nothing changed
     {-1}  JOB_NOT_FOUND: no record, or another tenant's
 
@@ -27,10 +28,14 @@
 --- @include "policy"
 --- @include "snapshot"
 --- @include "common"
+--- @include "once"
 
 local key = KEYS[11]
 local id = ARGV[4]
 local reason = ARGV[6]
+if op_recorded() then
+  return {1, snapshot(PREFIX, id)}
+end
 local f = redis.call('HMGET', key, 'status', 'tenant', 'kind')
 if not f[1] or f[2] ~= ARGV[5] then
   return {RC.JOB_NOT_FOUND}
@@ -51,4 +56,5 @@ if f[3] == KIND.GROUP then
     end
   end
 end
+op_record('1')
 return {1, snapshot(PREFIX, id)}

@@ -6,6 +6,8 @@
     KEYS[11..]    the ready queues (zset, id by submit sequence) of the
                   models, priority-major: n_models keys for INTERACTIVE, then
                   SYSTEM, then BATCH
+    KEYS[last]    this call's operation key (includes/once.lua): the leases
+                  are recorded under it as JSON [[id, lease_id, deadline], ...]
     ARGV[1..3]    prefix, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]       worker_id
     ARGV[5]       lease_timeout_ms
@@ -18,7 +20,9 @@
 
   Output:
     {{record (flat), payload, lease_id, lease_deadline_ms}, ...} in claim
-    order; empty when nothing is claimable. An id whose record is gone
+    order; empty when nothing is claimable. A resend of a call that claimed
+    answers the same leases (those still held; none after release.lua). An
+    id whose record is gone
     (orphan) is dropped from the indexes and skipped, never recreated.
 
   Transitions: QUEUED -> PROCESSING (attempts+1, worker_id, lease); a group
@@ -30,11 +34,25 @@
 --- @include "policy"
 --- @include "snapshot"
 --- @include "common"
+--- @include "once"
 
 local worker_id = ARGV[4]
 local lease_ms = tonumber(ARGV[5])
 local max_jobs = tonumber(ARGV[6])
 local n_models = tonumber(ARGV[7])
+
+local recorded = op_recorded()
+if recorded then
+  local replay = {}
+  for _, lease in ipairs(cjson.decode(recorded)) do
+    local key = jk(lease[1])
+    if redis.call('HGET', key, 'lease_id') == lease[2] then
+      replay[#replay + 1] = {redis.call('HGETALL', key),
+        redis.call('GET', payload_key(PREFIX, lease[1])) or '', lease[2], lease[3]}
+    end
+  end
+  return replay
+end
 
 local function claim_one(id, lease_id)
   local key = jk(id)
@@ -76,6 +94,7 @@ local function claim_one(id, lease_id)
 end
 
 local claimed = {}
+local leases = {}
 for p = 1, 3 do
   while #claimed < max_jobs do
     -- the head with the lowest sequence among this priority's queues
@@ -94,7 +113,11 @@ for p = 1, 3 do
     local job = claim_one(id, ARGV[8 + #claimed])
     if job then
       claimed[#claimed + 1] = job
+      leases[#leases + 1] = {id, job[3], job[4]}
     end
   end
+end
+if #leases > 0 then
+  op_record(cjson.encode(leases))
 end
 return claimed

@@ -5,6 +5,7 @@
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11]     the job hash
     KEYS[12]     the job's result (string)
+    KEYS[13]     this call's operation key (includes/once.lua)
     ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      job id
     ARGV[5]      lease id (fencing token)
@@ -20,7 +21,7 @@
   Keys built from the prefix: a child's parent and siblings (group steps).
 
   Output:
-    {1, snapshot, 1}  applied
+    {1, snapshot, 1}  applied (also the answer to a resend of that call)
     {1, snapshot, 0}  the same lease + outcome (status, retryable, error_code,
                       result digest) seen before: the stored job, unchanged
     {-1}  JOB_NOT_FOUND: no record (expired, or never existed)
@@ -40,12 +41,16 @@
 --- @include "policy"
 --- @include "snapshot"
 --- @include "common"
+--- @include "once"
 
 local key = KEYS[11]
 local id = ARGV[4]
 local lease_id = ARGV[5]
 local status = ARGV[6]
 local retryable = ARGV[11] == '1'
+if op_recorded() then
+  return {1, snapshot(PREFIX, id), 1}
+end
 -- what was asked, to recognise a repeat after a lost answer
 local outcome = table.concat({status, ARGV[11], ARGV[9], redis.sha1hex(ARGV[7])}, '|')
 
@@ -81,4 +86,5 @@ elseif retryable then
 else
   finish(id, ST.FAILED, ARGV[9], ARGV[10])
 end
+op_record('1')
 return {1, snapshot(PREFIX, id), 1}

@@ -5,6 +5,7 @@
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11]     idempotency key (string "<fingerprint> <job id>"), only when
                  the request carries a key
+    KEYS[last]   this call's operation key (includes/once.lua)
     ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      tenant
     ARGV[5]      request fingerprint
@@ -21,6 +22,7 @@
 
   Output:
     {1, reused (0|1), snapshot}
+    a resend of a call that created a job: {1, 0, snapshot} of that job
     {-4}  IDEMPOTENCY_KEY_REUSED: same tenant + key, another fingerprint
     {-5}  QUOTA_EXCEEDED: the tenant's live jobs would pass the cap
     {-6}  QUEUE_FULL: live jobs in total would pass the cap
@@ -35,11 +37,17 @@
 --- @include "policy"
 --- @include "snapshot"
 --- @include "common"
+--- @include "once"
 
 local tenant = ARGV[4]
 local fingerprint = ARGV[5]
 local spec = cjson.decode(ARGV[9])
-local idem = KEYS[11]
+local idem = #KEYS == 12 and KEYS[11] or nil
+
+local created = op_recorded()
+if created then
+  return {1, 0, snapshot(PREFIX, created)}
+end
 
 if idem then
   local held = redis.call('GET', idem)
@@ -125,4 +133,5 @@ if idem then
   redis.call('SET', idem, fingerprint .. ' ' .. root)
   redis.call('HSET', jk(root), 'idem_ref', idem)
 end
+op_record(root)
 return {1, 0, snapshot(PREFIX, root)}

@@ -2,67 +2,50 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import urllib.request
+import uuid
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from tests.helpers import wait_until
-from tests.redis_server import free_port
+from tests.launcher import JobgateServer
 
-REPO = Path(__file__).resolve().parents[2]
+# Pairs of `--flag value`, as the deploy tests pass them.
+_FLAG_PAIRS = 2
 
 
 class JobgateProcess:
-    """`jobgate <command>` on free loopback ports, its output kept in a log file."""
+    """`jobgate <command>` started by the shared launcher (port 0, ports read back)."""
 
     def __init__(self, command: str, log_dir: Path, *args: str) -> None:
         self.command = command
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.log = log_dir / f"{command}-{self.port}.log"
-        argv = [
-            sys.executable, "-m", "jobgate.cli", command,
-            "--listen", f"127.0.0.1:{self.port}",
-            "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
-            "--grace-period", "2",
-            *args,
-        ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=out)
+        settings = {"grace-period": "2", **_settings_of(args)}
+        log = log_dir / f"{command}-{uuid.uuid4().hex[:8]}.log"
+        self.server = JobgateServer(command, log, settings)
+        self.server.start()
+
+    @property
+    def port(self) -> int:
+        return _port_of(self.server.target)
+
+    @property
+    def metrics_port(self) -> int:
+        return _port_of(self.server.address("metrics"))
 
     @property
     def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.server.target
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://{self.server.address('metrics')}/metrics"
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        return self.server.output()
 
     def wait_serving(self, timeout: float = 20.0) -> None:
-        wait_until(self._serving, timeout, f"jobgate {self.command} did not start serving")
-
-    def _serving(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"jobgate {self.command} exited:\n{self.output()}")
-        with grpc.insecure_channel(self.target) as channel:
-            try:
-                reply = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=1
-                )
-            except grpc.RpcError:
-                return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+        self.server.wait_serving(timeout)
 
     def scrape(self) -> str:
         with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
@@ -71,14 +54,20 @@ class JobgateProcess:
 
     def stop(self) -> int:
         """SIGTERM (the drain), then the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        return self.process.returncode
+        code = self.server.terminate(timeout=20)
+        assert code is not None
+        return code
+
+
+def _settings_of(args: tuple[str, ...]) -> dict[str, str]:
+    if len(args) % _FLAG_PAIRS or not all(flag.startswith("--") for flag in args[::2]):
+        raise ValueError(f"expected --flag value pairs, got {args!r}")
+    pairs = zip(args[::2], args[1::2], strict=True)
+    return {flag.removeprefix("--"): value for flag, value in pairs}
+
+
+def _port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
 
 
 def submit(target: str, model: str, tenant: str = "acme", payload: bytes = b"hello") -> str:

@@ -11,15 +11,12 @@ import pytest
 from tests.deploy.promql import dashboard_queries, metric_names
 from tests.deploy.servers import JobgateProcess, submit
 from tests.deploy.tools import DEPLOY, promtool
-from tests.redis_server import free_port
 
 
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobgateProcess]:
     """`jobgate serve` on the embedded store, with one job submitted."""
-    server = JobgateProcess(
-        "serve", tmp_path_factory.mktemp("serve"), "--worker-listen", f"127.0.0.1:{free_port()}"
-    )
+    server = JobgateProcess("serve", tmp_path_factory.mktemp("serve"))
     try:
         server.wait_serving()
         submit(server.target, "text-stats")

@@ -25,7 +25,6 @@ from tests.e2e.harness import (
     attach_server_logs,
     embedded_deployment,
     redis_deployment,
-    start_with_retry,
     write_auth_file,
 )
 from tests.redis_server import RedisServer
@@ -49,10 +48,10 @@ def start_deployment(
     settings: Mapping[str, str],
 ) -> Deployment:
     if request.param == "embedded":
-        return start_with_retry(lambda: embedded_deployment(workdir, settings))
+        return embedded_deployment(workdir, settings).start()
     redis: RedisServer = request.getfixturevalue("redis_server")
     partition = f"e2e{uuid.uuid4().hex[:10]}"
-    return start_with_retry(lambda: redis_deployment(workdir, redis.url, partition, settings))
+    return redis_deployment(workdir, redis.url, partition, settings).start()
 
 
 @pytest.fixture(scope="session", params=TOPOLOGIES)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from jobgate.v1 import job_pb2
 from tests.e2e.api import (
     BATCH,
@@ -17,6 +15,7 @@ from tests.e2e.api import (
     Api,
     spec,
 )
+from tests.e2e.test_leases import PAST_DEADLINE, heartbeat_until_server_time
 
 
 def child_ids(group: job_pb2.Job) -> list[str]:
@@ -195,10 +194,12 @@ async def test_a_held_childs_queue_timeout_starts_when_it_is_released(api: Api, 
     group = await api.submit_group(children, max_parallel=1)
     first = await api.claim_one(model)
 
-    # Keep the first child running well past the second one's queue timeout.
-    for _ in range(6):
-        await api.heartbeat(first.job.id, first.lease_id, 0.5)
-        await asyncio.sleep(0.25)
+    # Keep the first child running until the server's clock is well past the
+    # second one's queue timeout as counted from the group's submit.
+    from_submit = group.create_time.ToNanoseconds() + round(0.5 * 1e9)
+    await heartbeat_until_server_time(
+        api, first.job.id, first.lease_id, from_submit + round(PAST_DEADLINE * 1e9)
+    )
     held = await api.get(child_ids(group)[1])
     await api.complete(first.job.id, first.lease_id)
     second = await api.claim_one(model)

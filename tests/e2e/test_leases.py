@@ -6,7 +6,6 @@ about a second of a lease's expiry.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import grpc
@@ -20,6 +19,10 @@ EXPIRY_WAIT = 10.0
 LEASE_TIMEOUT = 2.0
 # "About one second" of recovery delay, plus room for a busy 2-core CI machine.
 RECOVERY_SLACK = 2.0
+# A healthy worker's heartbeat period in these tests.
+HEARTBEAT_INTERVAL = 0.1
+# How far past a deadline the server's recovery is given to act on it.
+PAST_DEADLINE = 1.0
 
 
 async def wait_for_status(api: Api, job_id: str, status: int, timeout: float = EXPIRY_WAIT) -> None:
@@ -29,6 +32,26 @@ async def wait_for_status(api: Api, job_id: str, status: int, timeout: float = E
         return True
 
     await assert_eventually(reached, timeout=timeout)
+
+
+async def heartbeat_until_server_time(
+    api: Api, job_id: str, lease_id: str, moment_ns: int, timeout: float = 20.0
+) -> list[worker_service_pb2.HeartbeatResponse]:
+    """Heartbeat like a healthy worker until the server's clock has passed `moment_ns`.
+
+    The server's clock is read from each reply: its lease expiry minus the
+    lease timeout. So the test waits for the condition it is about (the
+    server's time past a deadline), however slowly a loaded machine runs.
+    """
+    lease_ns = round(LEASE_TIMEOUT * 1e9)
+    beats: list[worker_service_pb2.HeartbeatResponse] = []
+
+    async def passed() -> bool:
+        beats.append(await api.heartbeat(job_id, lease_id, 0.5))
+        return beats[-1].lease_expire_time.ToNanoseconds() - lease_ns > moment_ns
+
+    await assert_eventually(passed, timeout=timeout, interval=HEARTBEAT_INTERVAL)
+    return beats
 
 
 async def expired_and_reclaimed(
@@ -112,13 +135,13 @@ async def test_set_result_with_a_stale_lease_is_lease_lost_and_changes_nothing(
 async def test_heartbeats_keep_a_lease_alive_past_its_timeout(api: Api, model: str) -> None:
     job = await api.submit(model)
     claimed = await api.claim_one(model)
-    expiries = []
+    first_expiry = claimed.lease_expire_time.ToNanoseconds()
 
-    # Heartbeat for 1.5 lease timeouts.
-    for _ in range(10):
-        beat = await api.heartbeat(job.id, claimed.lease_id, 0.1)
-        expiries.append(beat.lease_expire_time.ToNanoseconds())
-        await asyncio.sleep(0.3)
+    # Heartbeat until the server's clock is well past the first lease's expiry.
+    beats = await heartbeat_until_server_time(
+        api, job.id, claimed.lease_id, first_expiry + round(PAST_DEADLINE * 1e9)
+    )
+    expiries = [beat.lease_expire_time.ToNanoseconds() for beat in beats]
 
     assert (await api.get(job.id)).attempts == 1
     assert expiries == sorted(expiries) and expiries[-1] > expiries[0]

@@ -25,7 +25,7 @@ from tests.e2e.api import (
     spec,
     tenant_metadata,
 )
-from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment, start_with_retry
+from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
 from tests.e2e.measure import dispatch_latency
 from tests.e2e.test_dispatch_latency import P50_BOUND, P99_BOUND, RESULTS
 from tests.e2e.test_stream import assert_closed_ok, next_job
@@ -45,11 +45,9 @@ def replicas(
     settings = {**FAST_SETTINGS, "lease-timeout": "30"}
     workdir = tmp_path_factory.mktemp("replicas")
     partition = f"rep{uuid.uuid4().hex[:10]}"
-    deployment = start_with_retry(
-        lambda: redis_deployment(
-            workdir, redis_server.url, partition, settings, gateways=2, worker_servers=2
-        )
-    )
+    deployment = redis_deployment(
+        workdir, redis_server.url, partition, settings, gateways=2, worker_servers=2
+    ).start()
     yield deployment
     deployment.stop()
 

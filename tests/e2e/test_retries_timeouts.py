@@ -11,7 +11,7 @@ import time
 import grpc
 
 from tests.e2e.api import COMPLETED, FAILED, PROCESSING, QUEUED, Api, parse_failure
-from tests.e2e.test_leases import wait_for_status
+from tests.e2e.test_leases import PAST_DEADLINE, heartbeat_until_server_time, wait_for_status
 
 RETRY_BACKOFF = 0.1
 
@@ -107,10 +107,11 @@ async def test_queue_timeout_does_not_apply_once_claimed(api: Api, model: str) -
     job = await api.submit(model, queue_timeout=0.3)
     claimed = await api.claim_one(model)
 
-    # Stay PROCESSING (heartbeating) well past the queue timeout.
-    for _ in range(6):
-        await api.heartbeat(job.id, claimed.lease_id, 0.5)
-        await asyncio.sleep(0.3)
+    # Stay PROCESSING (heartbeating) until the server's clock is well past the queue timeout.
+    queue_deadline = job.create_time.ToNanoseconds() + round(0.3 * 1e9)
+    await heartbeat_until_server_time(
+        api, job.id, claimed.lease_id, queue_deadline + round(PAST_DEADLINE * 1e9)
+    )
 
     assert (await api.get(job.id)).status == PROCESSING
     assert (await api.complete(job.id, claimed.lease_id)).status == COMPLETED

@@ -16,12 +16,9 @@ from tests.e2e.harness import (
     ServerProcess,
     Token,
     embedded_deployment,
-    loopback,
     redis_deployment,
-    start_with_retry,
     write_auth_file,
 )
-from tests.e2e.harness import command as harness_command
 from tests.redis_server import RedisServer
 
 
@@ -29,7 +26,7 @@ from tests.redis_server import RedisServer
 def env_configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     workdir = tmp_path_factory.mktemp("env")
     env = {"JOBGATE_MAX_PAYLOAD_BYTES": "100", "JOBGATE_MAX_ATTEMPTS": "7"}
-    deployment = start_with_retry(lambda: embedded_deployment(workdir, FAST_SETTINGS, env=env))
+    deployment = embedded_deployment(workdir, FAST_SETTINGS, env=env).start()
     yield deployment
     deployment.stop()
 
@@ -80,19 +77,15 @@ def test_every_server_command_accepts_every_setting(
     command: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     auth = write_auth_file(tmp_path / "auth.json", [Token("secret", "acme", "client")])
-    listen = loopback()
     settings = {
         **DESIGN_SETTINGS,
         "redis-url": redis_server.url,
         "redis-partition": f"s{uuid.uuid4().hex[:10]}",
-        "listen": listen,
         # Not acted on by gateway or worker-server: accepted and ignored.
-        "worker-listen": listen,
+        "worker-listen": "127.0.0.1:0",
         "auth-file": str(auth.path),
     }
-    process = ServerProcess(
-        command, harness_command(command, settings), tmp_path / "log", health_target=listen
-    )
+    process = ServerProcess(command, tmp_path / "log", settings)
     process.start()
     try:
         process.wait_serving()

@@ -2,65 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
 
 from tests.e2e.api import Api, failure_of, fresh_name, tenant_metadata
-from tests.e2e.harness import FAST_SETTINGS, Deployment, embedded_deployment, start_with_retry
-
-
-@dataclass(frozen=True)
-class Pki:
-    ca: bytes
-    server_cert: Path
-    server_key: Path
-    client_cert: bytes
-    client_key: bytes
-    ca_path: Path
-
-    def client_credentials(self, with_cert: bool = True) -> grpc.ChannelCredentials:
-        if with_cert:
-            return grpc.ssl_channel_credentials(self.ca, self.client_key, self.client_cert)
-        return grpc.ssl_channel_credentials(self.ca)
-
-
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_pki(directory: Path) -> Pki:
-    """A throwaway CA, a server cert for 127.0.0.1, and a client cert."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not on PATH")
-    days = ("-days", "2")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-            "ca.pem", "-subj", "/CN=jobgate-test-ca", *days, cwd=directory)  # fmt: skip
-    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "client"):
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-                f"{name}.csr", "-subj", f"/CN={name}", cwd=directory)  # fmt: skip
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-extfile", "san.ext", *days,
-                cwd=directory)  # fmt: skip
-    return Pki(
-        ca=(directory / "ca.pem").read_bytes(),
-        server_cert=directory / "server.pem",
-        server_key=directory / "server.key",
-        client_cert=(directory / "client.pem").read_bytes(),
-        client_key=(directory / "client.key").read_bytes(),
-        ca_path=directory / "ca.pem",
-    )
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.e2e.harness import FAST_SETTINGS, Deployment, embedded_deployment
+from tests.pki import Pki
 
 
 @pytest.fixture(scope="module")
@@ -69,17 +18,12 @@ def mtls(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploym
         **FAST_SETTINGS,
         "tls-cert": str(pki.server_cert),
         "tls-key": str(pki.server_key),
-        "tls-client-ca": str(pki.ca_path),
+        "tls-client-ca": str(pki.ca),
     }
-    workdir = tmp_path_factory.mktemp("mtls")
-
-    def build() -> Deployment:
-        deployment = embedded_deployment(workdir, settings)
-        for process in deployment.processes:
-            process.credentials = pki.client_credentials()
-        return deployment
-
-    deployment = start_with_retry(build)
+    deployment = embedded_deployment(tmp_path_factory.mktemp("mtls"), settings)
+    for process in deployment.processes:
+        process.credentials = pki.client_credentials()
+    deployment.start()
     yield deployment
     deployment.stop()
 

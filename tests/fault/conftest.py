@@ -16,7 +16,6 @@ from tests.e2e.harness import (
     attach_server_logs,
     embedded_deployment,
     redis_deployment,
-    start_with_retry,
 )
 from tests.redis_server import RedisServer
 
@@ -26,9 +25,9 @@ pytestmark = pytest.mark.redis
 @pytest.fixture
 def on_own_redis(own_redis: RedisServer, tmp_path: Path) -> Iterator[Deployment]:
     """Gateway + worker-server on this test's own redis-server (AOF on), which it may stop."""
-    deployment = start_with_retry(
-        lambda: redis_deployment(tmp_path / "servers", own_redis.url, "fault", FAST_SETTINGS)
-    )
+    deployment = redis_deployment(
+        tmp_path / "servers", own_redis.url, "fault", FAST_SETTINGS
+    ).start()
     yield deployment
     deployment.stop()
 
@@ -37,9 +36,9 @@ def on_own_redis(own_redis: RedisServer, tmp_path: Path) -> Iterator[Deployment]
 def on_shared_redis(redis_server: RedisServer, tmp_path: Path) -> Iterator[Deployment]:
     """Gateway + worker-server of this test's own on the session Redis (fresh partition)."""
     partition = f"f{uuid.uuid4().hex[:10]}"
-    deployment = start_with_retry(
-        lambda: redis_deployment(tmp_path / "servers", redis_server.url, partition, FAST_SETTINGS)
-    )
+    deployment = redis_deployment(
+        tmp_path / "servers", redis_server.url, partition, FAST_SETTINGS
+    ).start()
     yield deployment
     deployment.stop()
 
@@ -77,7 +76,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture
 def embedded_alone(tmp_path: Path) -> Iterator[Deployment]:
     """`jobgate serve` of this test's own, to signal."""
-    deployment = start_with_retry(lambda: embedded_deployment(tmp_path / "serve", FAST_SETTINGS))
+    deployment = embedded_deployment(tmp_path / "serve", FAST_SETTINGS).start()
     yield deployment
     deployment.stop()
 

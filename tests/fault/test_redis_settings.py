@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from tests.e2e.api import COMPLETED, Api, Failure, failure_of, fresh_name
-from tests.e2e.harness import FAST_SETTINGS, Deployment, ServerProcess, loopback, run_to_exit
+from tests.e2e.harness import FAST_SETTINGS, Deployment, ServerProcess, run_to_exit
 from tests.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -30,9 +30,7 @@ def test_server_refuses_an_evicting_maxmemory_policy(tmp_path: Path) -> None:
     evicting = RedisServer(tmp_path / "redis", "--maxmemory-policy", "allkeys-lru")
     evicting.start()
     try:
-        code, output = run_to_exit(
-            "gateway", {**FAST_SETTINGS, "redis-url": evicting.url, "listen": loopback()}
-        )
+        code, output = run_to_exit("gateway", {**FAST_SETTINGS, "redis-url": evicting.url})
     finally:
         evicting.kill()
 
@@ -42,9 +40,7 @@ def test_server_refuses_an_evicting_maxmemory_policy(tmp_path: Path) -> None:
 def test_server_with_unreachable_redis_exits_with_one_line(tmp_path: Path) -> None:
     dead_url = f"redis://127.0.0.1:{free_port()}/0"
 
-    code, output = run_to_exit(
-        "worker-server", {**FAST_SETTINGS, "redis-url": dead_url, "listen": loopback()}
-    )
+    code, output = run_to_exit("worker-server", {**FAST_SETTINGS, "redis-url": dead_url})
 
     assert_one_line_refusal(code, output, "redis")
 

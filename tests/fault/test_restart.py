@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from tests.e2e.api import COMPLETED, PROCESSING, QUEUED, Api, fresh_name
-from tests.e2e.harness import Deployment, restart_process
+from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment, restart_process
+from tests.redis_server import RedisServer
 
 JOBS = 5
+# Longer than a server restart takes on a loaded machine (a Python start-up
+# alone can take 3 s there), so the in-flight lease outlives the restart
+# whatever the load: these tests are about restarts, not expiry.
+RESTART_LEASE = "30"
+
+
+@pytest.fixture
+def on_shared_redis(redis_server: RedisServer, tmp_path: Path) -> Iterator[Deployment]:
+    """fault/conftest's on_shared_redis (and so shared_api), with a long lease."""
+    settings = {**FAST_SETTINGS, "lease-timeout": RESTART_LEASE}
+    partition = f"r{uuid.uuid4().hex[:10]}"
+    deployment = redis_deployment(tmp_path / "servers", redis_server.url, partition, settings)
+    deployment.start()
+    yield deployment
+    deployment.stop()
 
 
 def process_named(deployment: Deployment, name: str) -> int:

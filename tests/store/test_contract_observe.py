@@ -204,9 +204,12 @@ async def test_events_respect_count(store: Store) -> None:
 async def test_events_block_until_a_new_event(store: Store) -> None:
     await submit_one(store)
     position = (await store.events(count=100))[-1].id
+    # Nothing new: the read waits out its block (measured, not slept for) ...
+    started = time.monotonic()
+    assert await store.events(after=position, block=timedelta(seconds=0.2)) == []
+    assert time.monotonic() - started >= 0.15
+    # ... and a new event ends a long block well before it runs out.
     reader = asyncio.create_task(store.events(after=position, block=timedelta(seconds=10)))
-    await asyncio.sleep(0.05)
-    assert not reader.done()
     job = await submit_one(store)
     events = await asyncio.wait_for(reader, timeout=5)
     assert [e.job_id for e in events] == [job.id]

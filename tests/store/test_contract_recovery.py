@@ -299,11 +299,14 @@ async def test_queue_timeout_counts_from_the_last_requeue(make_store: MakeStore)
     store = await make_store(lease_timeout=SHORT_LEASE)
     job = await submit_one(store, queue_timeout=timedelta(seconds=0.6))
     claimed = await claim_one(store)
-    # Hold the lease past the queue timeout, then let it expire.
-    hold_until = time.time() + 0.7
-    while time.time() < hold_until:
-        await store.heartbeat(job.id, claimed.lease_id, 0.0, "")
-        await asyncio.sleep(0.05)
+    # Hold the lease until the store's clock is past the queue timeout, then let it expire.
+    queue_deadline = job.create_time + timedelta(seconds=0.7)
+
+    async def held_past_the_queue_timeout() -> bool:
+        beat = await store.heartbeat(job.id, claimed.lease_id, 0.0, "")
+        return beat.lease_expire_time - SHORT_LEASE > queue_deadline
+
+    await assert_eventually(held_past_the_queue_timeout, interval=0.05)
     requeued = await recover_until(store, job.id, JobStatus.QUEUED)
     assert requeued.error_code != ERROR_QUEUE_TIMEOUT
     assert (await claim_one(store)).job.id == job.id

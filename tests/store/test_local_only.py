@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from types import AsyncGeneratorType
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +14,8 @@ from hypothesis import strategies as st
 
 from store import StoreSettings, StoreUnavailable
 from store.memory import LocalStore, _OrderedQueue, _Record
-from store.model import JobSpec, JobStatus, SubmitRequest
+from store.model import ClaimedJob, Job, JobSpec, JobStatus, ResultReport, SubmitRequest
+from tests.helpers import assert_eventually
 from tests.store.conftest import MODEL, TENANT, claim_is_waiting
 
 # -- the ordered queue against a plain sorted list ------------------------------------
@@ -133,13 +137,23 @@ async def test_close_wakes_a_waiting_claim_which_returns_empty() -> None:
     assert await asyncio.wait_for(waiting, timeout=2) == []
 
 
+async def watch_is_waiting(stream: AsyncIterator[Job]) -> None:
+    """Return once the watch generator is parked waiting for a change (not at its yield)."""
+    generator = cast(AsyncGeneratorType[Job, None], stream)
+
+    async def parked() -> bool:
+        return generator.ag_await is not None
+
+    await assert_eventually(parked, message="the watch is not waiting")
+
+
 async def test_close_ends_a_watch() -> None:
     store = LocalStore(StoreSettings())
     job = (await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))).job
     stream = store.watch(TENANT, job.id)
     await anext(stream)
     waiting = asyncio.ensure_future(anext(stream))
-    await asyncio.sleep(0.05)
+    await watch_is_waiting(stream)
     await store.close()
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(waiting, timeout=2)
@@ -185,3 +199,47 @@ async def test_stale_deadlines_are_swept_so_memory_follows_live_jobs() -> None:
     assert len(store._runs) <= 2 * 1 + 1024
     assert len(store._leases) <= 2 * 1 + 1024
     assert len(store._queue_waits) <= 2 * 1 + 1024
+
+
+# -- wake-ups are routed ---------------------------------------------------------------------
+
+
+async def test_changes_to_another_models_jobs_wake_no_watch_and_no_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = LocalStore(StoreSettings())
+    jobs = [(await store.submit(SubmitRequest(TENANT, JobSpec(MODEL)))).job for _ in range(50)]
+    watches = [store.watch(TENANT, job.id) for job in jobs]
+    for watch in watches:
+        await anext(watch)
+    pending = [asyncio.ensure_future(anext(watch)) for watch in watches]
+    claims = [
+        asyncio.ensure_future(store.claim(f"w{i}", ["idle"], wait=timedelta(seconds=30)))
+        for i in range(20)
+    ]
+    await claim_is_waiting(store, "idle")
+    watched = {job.id for job in jobs}
+    reads: list[object] = []  # watched jobs re-read, model lists a claim looked at
+    fresh, claim_now = store._fresh, store._claim_now
+
+    def counting_fresh(job_id: str, now: float) -> _Record | None:
+        if job_id in watched:
+            reads.append(job_id)
+        return fresh(job_id, now)
+
+    def counting_claim(worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+        reads.append(models)
+        return claim_now(worker_id, models, max_jobs)
+
+    monkeypatch.setattr(store, "_fresh", counting_fresh)
+    monkeypatch.setattr(store, "_claim_now", counting_claim)
+    for _ in range(10):
+        await store.submit(SubmitRequest(TENANT, JobSpec("other")))
+        claimed = await store.claim("busy", ["other"])
+        report = ResultReport(JobStatus.COMPLETED)
+        await store.record_result(claimed[0].job.id, claimed[0].lease_id, report)
+    for _ in range(20):
+        await asyncio.sleep(0)  # let any wrongly woken waiter run
+    assert reads == [["other"]] * 10  # the test's own claims, nothing else
+    for task in [*pending, *claims]:
+        task.cancel()

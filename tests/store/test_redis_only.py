@@ -12,7 +12,7 @@ import hashlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, cast
 
@@ -26,9 +26,9 @@ from store import (
     StoreSettings,
     StoreUnavailable,
 )
-from store.model import GroupSpec, JobSpec, JobStatus, SubmitRequest
+from store.model import GroupSpec, Job, JobSpec, JobStatus, SubmitRequest
 from store.redis_scripts import Script
-from store.redis_store import RedisStore
+from store.redis_store import POOL_CONNECTIONS, RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer, free_port
 
@@ -431,6 +431,55 @@ async def test_recover_touches_only_what_expired(
     commands = (await info(raw, "stats"))["total_commands_processed"] - before
     assert len(events) == 5
     assert commands < 300  # all commands, scripts' own included; scanning would be 1000+
+
+
+async def test_leadership_recovery_and_ping_answer_while_the_rpc_pool_is_exhausted(
+    make_store: StoreFactory,
+) -> None:
+    store = await make_store(lease_timeout=timedelta(seconds=0.05))
+    await store.submit(request())
+    await store.claim("w1", [MODEL])
+    pool = store._client.connection_pool
+    held = [await pool.get_connection() for _ in range(pool.max_connections)]  # type: ignore[no-untyped-call]
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.get(TENANT, "01ARZ3NDEKTSV4RRFFQ69G5FAV")  # the RPC pool is exhausted
+        assert await store.acquire_leadership("me", timedelta(seconds=5))
+        events = await assert_eventually(store.recover)
+        assert [event.to_status for event in events] == [JobStatus.QUEUED]
+        await store.ping()
+    finally:
+        for connection in held:
+            await pool.release(connection)
+
+
+async def test_streams_and_long_polls_woken_together_never_exhaust_the_pool(
+    make_store: StoreFactory, server: RedisServer
+) -> None:
+    store = await make_store()
+    other = await make_store()
+    jobs = [(await store.submit(request())).job for _ in range(300)]
+    watches = [store.watch(TENANT, job.id) for job in jobs]
+    for watch in watches:
+        await anext(watch)  # the first snapshot; each now waits on its queue's moves
+    wait = timedelta(seconds=30)
+    claims = [asyncio.ensure_future(store.claim(f"w{i}", ["idle"], wait=wait)) for i in range(100)]
+
+    async def all_waiting() -> bool:
+        return store.waiting_claims("idle") == 100
+
+    await assert_eventually(all_waiting)
+    await other.claim("w", [MODEL])  # the queue moves: every watch re-reads at once
+    await other.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model="idle")))
+    moved = await asyncio.gather(*(anext(watch) for watch in watches))
+    assert [job.queue_position for job in moved[1:]] == list(range(len(jobs) - 1))
+    claimed = await asyncio.wait({*claims}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert len(claimed[0]) == 1 and not any(task.exception() for task in claimed[0])
+    assert int(server.info_field("clients", "connected_clients")) < 2 * POOL_CONNECTIONS + 10
+    for task in claims:
+        task.cancel()
+    for watch in watches:
+        await cast(AsyncGenerator[Job, None], watch).aclose()
 
 
 # -- TTL -------------------------------------------

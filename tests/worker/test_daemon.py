@@ -6,6 +6,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from jobgate import JobClient, JobContext, RetryableError
 from jobgate.v1 import job_pb2
 from jobgate.worker import Worker
@@ -18,15 +20,41 @@ async def finished(client: JobClient, job_id: str, timeout: float = 15.0) -> job
     return await client.wait_for_result(job_id, timeout=timeout)
 
 
+async def processing(client: JobClient, job_id: str) -> job_pb2.Job:
+    async def claimed() -> job_pb2.Job | None:
+        job = await client.get(job_id)
+        return job if job.status == job_pb2.JOB_STATUS_PROCESSING else None
+
+    job = await assert_eventually(claimed, timeout=15, message="the job was never claimed")
+    assert job is not None
+    return job
+
+
 async def test_heartbeats_keep_a_job_alive_past_its_lease(
     server: Deployment, client: JobClient, model: str
 ) -> None:
+    release = threading.Event()
+
     def long_job(ctx: JobContext) -> str:
-        time.sleep(LEASE_SECONDS * 2.5)  # busy on the handler thread the whole time
+        release.wait(timeout=60)  # busy on the handler thread until the test lets go
         return "done"
 
     async with running_worker(server.worker_target, model, long_job):
         job = await client.submit(model, b"x", max_attempts=1)
+        started = await processing(client, job.id)
+        past = started.start_time.ToNanoseconds() / 1e9 + LEASE_SECONDS * 2.5
+
+        async def kept_past_its_lease() -> bool:
+            now = time.time()  # the server runs on this machine's clock
+            seen = await client.get(job.id)
+            if (seen.status, seen.attempts) != (job_pb2.JOB_STATUS_PROCESSING, 1):
+                pytest.fail(f"the job lost its lease while its handler was busy: {seen}")
+            return now > past
+
+        try:
+            await assert_eventually(kept_past_its_lease, timeout=30, interval=0.2)
+        finally:
+            release.set()
         done = await finished(client, job.id)
 
     assert done.status == job_pb2.JOB_STATUS_COMPLETED

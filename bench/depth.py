@@ -1,0 +1,172 @@
+"""Cost against queue depth: Submit, ClaimNext and Get (with queue position).
+
+The queue is filled through the store's own submit script, pipelined (the
+RedisStore builds each job's spec, as Submit does), so 1,000,000 jobs take
+minutes instead of the hours 1M gRPC calls would; Redis `used_memory` per
+queued job comes from the same fill, with a 1 KiB payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+from redis.asyncio import Redis
+
+from bench.servers import Topology
+from jobgate.v1 import (
+    job_pb2,
+    job_service_pb2,
+    job_service_pb2_grpc,
+    worker_service_pb2,
+    worker_service_pb2_grpc,
+)
+from store.model import JobSpec, StoreSettings, SubmitRequest
+from store.redis_scripts import read_script
+from store.redis_store import RedisStore
+
+MODEL = "bench-depth"
+PAYLOAD = b"x" * 1024
+TENANT = "default"  # the servers run open: a call without tenant metadata is "default"
+PIPELINE = 1000  # submits per pipeline
+PIPELINES_IN_FLIGHT = 2  # one being built while Redis runs the other
+
+
+@dataclass(frozen=True)
+class DepthRow:
+    depth: int  # jobs queued when probed
+    submit: list[float]  # seconds per call
+    get: list[float]
+    claim: list[float]
+    position: int  # the probe job's queue_position as Get answered it
+    fill_rate: float  # jobs/s of the bulk fill up to this depth
+    memory_per_job: float  # bytes of used_memory per queued job, over the fill
+
+
+class BulkFiller:
+    """Queues jobs through RedisStore's submit script, many per round trip."""
+
+    def __init__(self, url: str) -> None:
+        big = 10**9
+        self.store = RedisStore(url, StoreSettings(max_live_per_tenant=big, max_live_total=big))
+        self.client = Redis.from_url(url)
+        self.sha = read_script("submit").sha
+        self.request = SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL, payload=PAYLOAD))
+        self.fingerprint = self.request.fingerprint()
+
+    async def _pipeline(self, count: int) -> None:
+        store, settings = self.store, self.store.settings
+        keys = store.keys.transition_keys()
+        head = [*store._common_args(), TENANT, self.fingerprint, settings.max_live_per_tenant,
+                settings.max_live_total, settings.max_group_children]  # fmt: skip
+        pipe = self.client.pipeline(transaction=False)
+        for _ in range(count):
+            spec, payloads = store._spec(self.request)  # a fresh id per job, as submit()
+            # Every transition's last KEY is its own operation key (exactly once per call).
+            call_keys = [*keys, store._op_key()]
+            pipe.evalsha(self.sha, len(call_keys), *call_keys, *head, json.dumps(spec), *payloads)
+        replies = await pipe.execute()
+        refused = [reply for reply in replies if not (isinstance(reply, list) and reply[0] == 1)]
+        if refused:
+            raise RuntimeError(f"{len(refused)} bulk submits refused, first: {refused[0]!r}")
+
+    async def fill(self, count: int, deadline: float) -> int:
+        """Queue `count` jobs or as many as fit before `deadline` (monotonic)."""
+        done = 0
+        while done < count and time.monotonic() < deadline:
+            sizes = [min(PIPELINE, count - done - i * PIPELINE) for i in range(PIPELINES_IN_FLIGHT)]
+            sizes = [size for size in sizes if size > 0]
+            await asyncio.gather(*(self._pipeline(size) for size in sizes))
+            done += sum(sizes)
+        return done
+
+    async def used_memory(self) -> int:
+        info = await self.client.info("memory")
+        return int(info["used_memory"])
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        await self.store.close()
+
+
+async def _timed(calls: int, call: Callable[[], Awaitable[None]]) -> list[float]:
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+async def probe(
+    jobs: job_service_pb2_grpc.JobServiceAsyncStub,
+    workers: worker_service_pb2_grpc.WorkerServiceAsyncStub,
+    calls: int,
+) -> tuple[list[float], list[float], list[float], int]:
+    """Submit `calls` jobs, Get the last one `calls` times, claim and complete `calls`."""
+    submitted: list[str] = []
+
+    async def submit() -> None:
+        spec = job_pb2.JobSpec(model=MODEL, payload=PAYLOAD)
+        answer = await jobs.Submit(job_service_pb2.SubmitRequest(job=spec))
+        submitted.append(answer.job.id)
+
+    submit_samples = await _timed(calls, submit)
+    positions: list[int] = []
+
+    async def get() -> None:
+        answer = await jobs.Get(job_service_pb2.GetRequest(job_id=submitted[-1]))
+        positions.append(answer.job.queue_position)
+
+    get_samples = await _timed(calls, get)
+    claimed: list[worker_service_pb2.ClaimedJob] = []
+
+    async def claim() -> None:
+        request = worker_service_pb2.ClaimNextRequest(worker_id="bench-depth", models=[MODEL])
+        claimed.extend((await workers.ClaimNext(request)).jobs)
+
+    claim_samples = await _timed(calls, claim)
+    for job in claimed:  # completed off the clock, so the depth stays as filled
+        await workers.SetResult(
+            worker_service_pb2.SetResultRequest(
+                job_id=job.job.id, lease_id=job.lease_id, status=job_pb2.JOB_STATUS_COMPLETED
+            )
+        )
+    return submit_samples, get_samples, claim_samples, positions[-1]
+
+
+async def depth_rows(
+    topology: Topology, depths: list[int], calls: int, fill_budget: float
+) -> tuple[list[DepthRow], str]:
+    """One row per depth reached; the note says where the fill budget stopped it."""
+    assert topology.redis is not None
+    filler = BulkFiller(topology.redis.url)
+    job_channel = grpc.aio.insecure_channel(topology.job_target)
+    worker_channel = grpc.aio.insecure_channel(topology.worker_target)
+    jobs = job_service_pb2_grpc.JobServiceStub(job_channel)
+    workers = worker_service_pb2_grpc.WorkerServiceStub(worker_channel)
+    rows: list[DepthRow] = []
+    note = ""
+    queued, deadline = 0, time.monotonic() + fill_budget
+    memory_start = await filler.used_memory()
+    try:
+        for depth in depths:
+            started = time.monotonic()
+            added = await filler.fill(depth - queued, deadline)
+            rate = added / max(1e-9, time.monotonic() - started)
+            queued += added
+            if queued < depth:
+                note = f"fill stopped at {queued} queued jobs (budget {fill_budget:.0f}s)"
+                break
+            per_job = (await filler.used_memory() - memory_start) / queued
+            submit, get, claim, position = await probe(jobs, workers, calls)
+            rows.append(DepthRow(depth, submit, get, claim, position, rate, per_job))
+    finally:
+        await filler.close()
+        await job_channel.close(None)
+        await worker_channel.close(None)
+    return rows, note

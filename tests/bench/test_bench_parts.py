@@ -1,0 +1,50 @@
+"""The benchmark's pieces that need no servers: /proc reading, summaries, failure reports."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench import run
+from bench.commandstats import describe, per_job
+from bench.procstat import cpu_seconds, rss_and_threads
+from bench.sink import Sink
+from tests.redis_server import require_redis_server
+
+
+def test_proc_figures_of_this_process_are_read() -> None:
+    sum(range(100_000))  # some CPU, so the figure cannot be zero
+    rss, threads = rss_and_threads(os.getpid())
+    assert cpu_seconds(os.getpid()) > 0
+    assert rss > 0 and threads >= 1
+
+
+def test_commands_per_job_are_the_delta_over_the_jobs() -> None:
+    before = Counter({"evalsha": 10, "hset": 4})
+    after = Counter({"evalsha": 16, "hset": 10, "publish": 2})
+    assert per_job(before, after, 2) == {"evalsha": 3.0, "hset": 3.0, "publish": 1.0}
+
+
+def test_description_gives_the_total_then_the_scripts_run() -> None:
+    text = describe({"hset": 6.0, "evalsha": 3.0, "publish": 1.0})
+    assert text == "10.0; evalsha 3.00; hset 6.00, publish 1.00"
+
+
+@pytest.mark.redis
+def test_a_failed_section_is_reported_and_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    require_redis_server()
+
+    def broken(plan: run.Plan, timing: Sink) -> list[str]:
+        raise RuntimeError("no luck")
+
+    monkeypatch.setitem(run.SECTIONS, "broken", broken)
+    out = tmp_path / "report.md"
+    lines, ok = run.run(run.QUICK, "test", "", ["broken"], out)
+    assert not ok
+    assert "`RuntimeError: no luck`" in lines
+    assert "## broken: failed" in out.read_text()

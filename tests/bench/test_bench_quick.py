@@ -1,0 +1,102 @@
+"""The benchmark's quick mode runs end to end and reports every row.
+
+It proves the harness works; no figure is asserted (figures come from the
+full `make bench` run, never from timed assertions).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.producer import batch_submit_missing
+from tests.redis_server import require_redis_server
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGIES = ("embedded", "redis (no persistence)")
+MODES = ("1 Submit at a time", "32 Submits in flight", "BatchSubmit of 100")
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    require_redis_server()
+    out = tmp_path_factory.mktemp("bench") / "quick.md"
+    command = [sys.executable, "-m", "bench.run", "--quick", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=380)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out.read_text()
+
+
+def _row(report: str, *cells: str) -> str:
+    """The table row that starts with these cells; fails naming them when absent."""
+    start = "| " + " | ".join(cells) + " |"
+    rows = [line for line in report.splitlines() if line.startswith(start)]
+    assert rows, f"no row starting {start!r}"
+    return rows[0]
+
+
+def test_throughput_has_a_row_per_topology_concurrency_and_producer(report: str) -> None:
+    for topology in TOPOLOGIES:
+        for concurrency in ("1", "8"):
+            for mode in MODES:
+                _row(report, topology, concurrency, mode)
+
+
+def test_batch_submit_row_says_why_while_the_rpc_is_missing(report: str) -> None:
+    missing = batch_submit_missing()
+    row = _row(report, "embedded", "1", "BatchSubmit of 100")
+    if missing:
+        assert missing in row
+    else:
+        assert re.search(r"\| \d+ \| [\d.]+ \| \d+ \|$", row)
+
+
+def test_drain_has_a_row_per_topology_and_concurrency(report: str) -> None:
+    assert "## 2. Prefilled drain" in report
+    for topology in TOPOLOGIES:
+        for concurrency in ("1", "8"):
+            _row(report, topology, concurrency, "200")
+
+
+def test_latency_has_percentiles_per_topology(report: str) -> None:
+    section = report.split("## 3. ", 1)[1].split("## 4. ", 1)[0]
+    for topology in TOPOLOGIES:
+        assert re.search(rf"\| {re.escape(topology)} \|( [\d.]+ \|){{6}}", section), topology
+
+
+def test_cpu_has_a_column_per_process_and_names_the_busiest(report: str) -> None:
+    section = report.split("## 4. ", 1)[1].split("## 5. ", 1)[0]
+    assert "| producer | gateway | worker-server | serve | worker | redis | most CPU |" in section
+    assert section.count("| redis (no persistence) |") == 4
+    assert section.count("| embedded |") == 4
+
+
+def test_redis_commands_per_job_cover_every_redis_run(report: str) -> None:
+    section = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
+    assert len(re.findall(r"^\| [18] \| .* \| [\d.]+; evalsha [\d.]+;", section, re.M)) == 4
+
+
+def test_round_trips_have_every_rpc(report: str) -> None:
+    for rpc in ("Submit", "Get", "ClaimNext (job waiting)", "Heartbeat", "SetResult", "Cancel"):
+        _row(report, rpc)
+
+
+def test_depth_has_every_quick_depth_and_memory_per_job(report: str) -> None:
+    for depth in ("1,000", "5,000"):
+        row = _row(report, depth)
+        assert re.search(r"\| \d+ \|$", row), row  # used_memory bytes per job
+
+
+def test_load_has_idle_and_loaded_states(report: str) -> None:
+    _row(report, "idle")
+    _row(report, "100 streams + 20 long-polls")
+
+
+def test_run_line_names_the_command_and_wall_time(report: str) -> None:
+    assert re.search(r"Command: `python -m bench.run --quick .*`.*wall time \d+ s", report)

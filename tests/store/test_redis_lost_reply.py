@@ -1,0 +1,186 @@
+"""A script's reply lost on the way back (redis-py resends the same EVALSHA) runs it once.
+
+The FaultProxy (tests/proxy.py) sits between RedisStore and the test
+redis-server: it lets one script call reach Redis and run, then breaks the
+connection before the reply comes back, or holds the reply past a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from store import StoreSettings
+from store.errors import QueueFull, StoreUnavailable
+from store.model import JobStatus, ResultReport, SubmitRequest
+from store.redis_scripts import ArgValue, read_script
+from store.redis_store import RedisStore
+from tests.helpers import assert_eventually
+from tests.proxy import FaultProxy
+from tests.redis_server import RedisServer
+from tests.store.conftest import TENANT, spec, submit_group, submit_one
+
+pytestmark = pytest.mark.redis
+
+MakeProxied = Callable[..., Awaitable[RedisStore]]
+
+
+def sha(name: str) -> bytes:
+    """What identifies a call of store/lua/<name>.lua on the wire."""
+    return read_script(name).sha.encode()
+
+
+@pytest.fixture
+async def proxy(redis_server: RedisServer) -> AsyncIterator[FaultProxy]:
+    proxy = FaultProxy("127.0.0.1", redis_server.port)
+    await proxy.start()
+    yield proxy
+    await proxy.close()
+
+
+@pytest.fixture
+async def make_proxied(proxy: FaultProxy, partition: str) -> AsyncIterator[MakeProxied]:
+    opened: list[RedisStore] = []
+
+    async def make(**overrides: Any) -> RedisStore:
+        settings = dataclasses.replace(StoreSettings(), **overrides)
+        store = RedisStore(proxy.url, settings, partition=partition)
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        await store.close()
+
+
+async def test_unkeyed_submit_whose_reply_is_lost_counts_the_job_once(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied(max_live_total=2)
+    fault = proxy.drop_reply(sha("submit"))
+    await submit_one(store)
+    assert fault.hits == 1
+    await submit_one(store)  # fits: the first job was counted once
+    with pytest.raises(QueueFull):
+        await submit_one(store)
+
+
+async def test_group_submit_whose_reply_is_lost_lists_each_child_once(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    fault = proxy.drop_reply(sha("submit"))
+    group = await submit_group(store, 3)
+    assert fault.hits == 1
+    job = await store.get(TENANT, group.id)
+    assert [child.child_index for child in job.children] == [0, 1, 2]
+
+
+async def test_keyed_first_submit_whose_reply_is_lost_answers_not_reused(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    fault = proxy.drop_reply(sha("submit"))
+    result = await store.submit(SubmitRequest(tenant=TENANT, work=spec(), idempotency_key="k1"))
+    assert fault.hits == 1
+    assert result.reused is False
+
+
+async def test_claim_whose_reply_is_lost_answers_the_leases_it_made(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    job = await submit_one(store)
+    fault = proxy.drop_reply(sha("claim"))
+    claimed = await store.claim("w1", ["llm-small"])
+    assert fault.hits == 1
+    assert [item.job.id for item in claimed] == [job.id]
+    assert claimed[0].job.attempts == 1
+    await store.heartbeat(job.id, claimed[0].lease_id, 0.5, "")  # the live lease
+
+
+async def test_cancel_whose_reply_is_lost_answers_cancelled(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    job = await submit_one(store)
+    fault = proxy.drop_reply(sha("cancel"))
+    result = await store.cancel(TENANT, job.id, "no longer needed")
+    assert fault.hits == 1
+    assert result.cancelled is True
+    assert result.job.status is JobStatus.CANCELLED
+
+
+async def test_set_result_whose_reply_is_lost_answers_applied(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    await submit_one(store)
+    [claimed] = await store.claim("w1", ["llm-small"])
+    fault = proxy.drop_reply(sha("set_result"))
+    recorded = await store.record_result(
+        claimed.job.id, claimed.lease_id, ResultReport(JobStatus.COMPLETED, b"done")
+    )
+    assert fault.hits == 1
+    assert recorded.applied is True
+    assert recorded.job.status is JobStatus.COMPLETED
+
+
+async def _is_queued_unclaimed(store: RedisStore, job_id: str) -> bool:
+    job = await store.get(TENANT, job_id)
+    return job.status is JobStatus.QUEUED and job.attempts == 0 and job.queue_position == 0
+
+
+async def test_claim_whose_reply_comes_after_the_socket_timeout_releases_its_leases(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    job = await submit_one(store)
+    proxy.delay_reply(sha("claim"), 3.0)
+    with pytest.raises(StoreUnavailable):
+        await store.claim("w1", ["llm-small"])
+    await assert_eventually(lambda: _is_queued_unclaimed(store, job.id))
+    [again] = await store.claim("w1", ["llm-small"])
+    assert (again.job.id, again.job.attempts) == (job.id, 1)
+
+
+async def test_claim_cancelled_while_its_script_runs_releases_its_leases(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    first = await submit_one(store)
+    await submit_one(store)
+    fault = proxy.delay_reply(sha("claim"), 0.5)
+    claim = asyncio.create_task(store.claim("w1", ["llm-small"]))
+
+    async def script_ran() -> bool:
+        return fault.hits == 1
+
+    await assert_eventually(script_ran)
+    claim.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    await assert_eventually(lambda: _is_queued_unclaimed(store, first.id))
+    [again] = await store.claim("w1", ["llm-small"])
+    assert again.job.id == first.id  # back at its original place, ahead of the second
+
+
+async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
+    make_proxied: MakeProxied,
+) -> None:
+    # a timed-out claim's request may still be on its way when its release runs
+    store = await make_proxied()
+    job = await submit_one(store)
+    op_key = store.keys.op("late")
+    keys = store.keys.transition_keys()
+    await store._run("release", [*keys, op_key], store._common_args())
+    claim_args: list[ArgValue] = ["w1", 30000, 1, 1, "lease-1"]
+    queues = store.keys.claim_queues(["llm-small"])
+    reply = await store._transition("claim", [*queues, op_key], claim_args)
+    assert reply == []
+    assert await _is_queued_unclaimed(store, job.id)
