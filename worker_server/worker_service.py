@@ -17,7 +17,7 @@ from serving.context import Serving
 from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
 from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
-from store.model import ClaimedJob, Job
+from store.model import ClaimedJob, Job, ReportAnswer, ResultRecorded
 from worker_server import convert, validate
 
 log = logging.getLogger("jobgate.worker_server")
@@ -89,18 +89,34 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize(context)
         validate.report_and_claim(request, self._serving.settings.max_payload_bytes)
         response = pb.ReportAndClaimResponse()
-        for result in request.results:
-            response.results.add(job_id=result.job_id, outcome=await self._report(result))
         for beat in request.heartbeats:
             response.heartbeats.append(await self._beat(beat))
-        if request.max_jobs > 0:
-            # A heartbeat's answer (cancel_requested) must not wait for a job.
-            wait = timedelta(0) if request.heartbeats else _wait(request, context)
+        results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
+        # The results and the claim of what is queued now share one store step.
+        reported = await self._store.report_and_claim(
+            request.worker_id, request.models, results, request.max_jobs
+        )
+        for result, answer in zip(request.results, reported.results, strict=True):
+            response.results.add(job_id=answer.job_id, outcome=self._answered(result, answer))
+        claimed = self._hand_out(request.worker_id, reported.claimed, context)
+        wait = _wait(request, context)
+        if request.max_jobs > 0 and not claimed and not request.heartbeats and wait:
+            # Nothing queued: long-poll as ClaimNext does (a heartbeat's answer,
+            # cancel_requested, never waits for a job).
             claimed = await self._claim(
                 request.worker_id, request.models, request.max_jobs, wait, context
             )
-            response.jobs.extend(convert.claimed_job(item) for item in claimed)
+        response.jobs.extend(convert.claimed_job(item) for item in claimed)
         return response
+
+    def _answered(
+        self, request: pb.SetResultRequest, answer: ReportAnswer
+    ) -> pb.ReportOutcome.ValueType:
+        if answer.recorded is None:
+            assert isinstance(answer.refused, Refused)
+            return _refusal(answer.refused)
+        self._recorded(answer.recorded, request.retryable)
+        return pb.REPORT_OUTCOME_APPLIED
 
     async def _claim(
         self,
@@ -121,20 +137,19 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             raise
         if not finished or not claimed:
             return []  # nothing came, or the server is draining
-        if _caller_gone(context):
+        return self._hand_out(worker_id, claimed, context)
+
+    def _hand_out(
+        self, worker_id: str, claimed: list[ClaimedJob], context: Context
+    ) -> list[ClaimedJob]:
+        """The claimed jobs to answer with; given back at once if the caller is gone."""
+        if claimed and _caller_gone(context):
             self._release_later(claimed)
             return []
         self._serving.metrics.claimed(claimed)
         for item in claimed:
             log.info("job claimed", extra=job_fields(item.job, worker_id=worker_id))
         return claimed
-
-    async def _report(self, request: pb.SetResultRequest) -> pb.ReportOutcome.ValueType:
-        try:
-            await self._record(request)
-        except Refused as refused:
-            return _refusal(refused)
-        return pb.REPORT_OUTCOME_APPLIED
 
     async def _beat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatAnswer:
         answer = pb.HeartbeatAnswer(job_id=request.job_id)
@@ -155,11 +170,14 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         recorded = await self._store.record_result(
             request.job_id, request.lease_id, convert.result_report(request)
         )
+        return self._recorded(recorded, request.retryable)
+
+    def _recorded(self, recorded: ResultRecorded, retryable: bool) -> Job:
         job = recorded.job
         # A repeat after a lost answer changed nothing, so it is not counted again.
         if recorded.applied and job.terminal:
             self._serving.metrics.finished(job)
-        log.info("job result", extra=job_fields(job, retryable=request.retryable))
+        log.info("job result", extra=job_fields(job, retryable=retryable))
         return job
 
 
