@@ -17,7 +17,7 @@ from serving.context import Serving
 from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
 from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
-from store.model import ClaimedJob, Job, ReportAnswer, ResultRecorded
+from store.model import ClaimedJob, Job, JobStatus, ReportAnswer, ResultRecorded
 from worker_server import convert, validate
 
 log = logging.getLogger("jobgate.worker_server")
@@ -148,7 +148,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             return []
         self._serving.metrics.claimed(claimed)
         for item in claimed:
-            log.info("job claimed", extra=job_fields(item.job, worker_id=worker_id))
+            log.debug("job claimed", extra=job_fields(item.job, worker_id=worker_id))
         return claimed
 
     async def _beat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatAnswer:
@@ -177,7 +177,9 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         # A repeat after a lost answer changed nothing, so it is not counted again.
         if recorded.applied and job.terminal:
             self._serving.metrics.finished(job)
-        log.info("job result", extra=job_fields(job, retryable=retryable))
+        # A failure is what an operator looks for; a completion is the hot path.
+        level = logging.DEBUG if job.status is JobStatus.COMPLETED else logging.INFO
+        log.log(level, "job result", extra=job_fields(job, retryable=retryable))
         return job
 
 

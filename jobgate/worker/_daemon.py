@@ -361,7 +361,7 @@ class Worker:
         self.claimed_total += 1
         job = claimed.job
         fields = {"job_id": job.id, "tenant": job.tenant, "model": job.model}
-        log.info("job claimed", extra={**fields, "attempt": job.attempts})
+        log.debug("job claimed", extra={**fields, "attempt": job.attempts})
         run = JobRun(
             claimed,
             stub=stub,

@@ -235,7 +235,9 @@ class JobRun:
                         "error_message": outcome.error_message,
                         "retryable": outcome.retryable,
                     }
-                log.info("job %s", status.lower(), extra=fields)
+                # One line per failed job; a completed one only at DEBUG (hot path).
+                level = logging.INFO if outcome.error_code else logging.DEBUG
+                log.log(level, "job %s", status.lower(), extra=fields)
         except asyncio.CancelledError:
             await self._report_shutdown()
             raise
