@@ -41,7 +41,8 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             self._serving.metrics.submitted(
                 caller.tenant, submit.priority, convert.specs_of(submit)
             )
-        log.info("job submitted", extra=job_fields(result.job, reused=result.reused))
+        # Per job and on the hot path: DEBUG (--log-transitions logs every change).
+        log.debug("job submitted", extra=job_fields(result.job, reused=result.reused))
         return pb.SubmitResponse(job=job_to_proto(result.job), reused=result.reused)
 
     async def BatchSubmit(

@@ -109,16 +109,27 @@ class ServingInterceptor(_Interceptor):
     def __init__(self, lifecycle: Lifecycle, metrics: Metrics) -> None:
         self.lifecycle = lifecycle
         self.metrics = metrics
+        # A method's handler never changes once the server runs, so each is
+        # wrapped once, not on every call (this runs on the hot path).
+        self._wrapped: dict[str, _Handler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> _Handler:
-        handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(handler_call_details)
         if handler is None or not method.startswith(WRAPPED_PREFIX):
             return handler
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: _Handler) -> _Handler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(method, cast(UnaryBehavior, handler.unary_unary)),

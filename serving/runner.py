@@ -159,9 +159,11 @@ class Process:
         recovery = Recovery(serving.store, serving.metrics)
         background = [
             asyncio.create_task(recovery.run(stop_background)),
-            asyncio.create_task(AuditLog(serving.store, recovery.leadership).run(stop_background)),
             asyncio.create_task(probe.run(stop_background)),
         ]
+        if self.settings.log_transitions:
+            audit = AuditLog(serving.store, recovery.leadership)
+            background.append(asyncio.create_task(audit.run(stop_background)))
         await self._stop.wait()
         await self._drain(serving)
         stop_background.set()

@@ -62,6 +62,10 @@ class ServerSettings:
     grace_period: timedelta = timedelta(seconds=10)
     log_format: str = "text"
     log_level: str = "info"
+    #: One `job transition` line per status change (the recovery leader reads
+    #: the audit stream a second time for it); off by default: `jobgate
+    #: events` has the same trail.
+    log_transitions: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
@@ -119,6 +123,16 @@ def _int_parser(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _switch(text: str) -> bool:
+    """on/off (also true/false, yes/no, 1/0)."""
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise ValueError(f"expected on or off, got {text!r}")
 
 
 def _choice_parser(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -198,6 +212,12 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("grace_period", parse_seconds, "drain time on SIGTERM in seconds", "SECONDS"),
     _Flag("log_format", _choice_parser(LOG_FORMATS), "one of " + ", ".join(LOG_FORMATS), "FORMAT"),
     _Flag("log_level", _choice_parser(LOG_LEVELS), "one of " + ", ".join(LOG_LEVELS), "LEVEL"),
+    _Flag(
+        "log_transitions",
+        _switch,
+        "a 'job transition' log line per status change (jobgate events has them all)",
+        "on|off",
+    ),
     _Flag("tls_cert", _non_empty, "server certificate (PEM) for TLS", "PATH"),
     _Flag("tls_key", _non_empty, "server private key (PEM) for TLS", "PATH"),
     _Flag(
@@ -210,6 +230,8 @@ def default_text(value: object) -> str | None:
     """A value as its flag would spell it; None when there is nothing to show."""
     if value is None:
         return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
     if isinstance(value, timedelta):
         return f"{value.total_seconds():g}"
     return repr(value) if isinstance(value, str) else str(value)

@@ -62,6 +62,8 @@ from store.model import (
     JobSpec,
     JobStatus,
     Priority,
+    ReportAnswer,
+    ReportedAndClaimed,
     ResultRecorded,
     ResultReport,
     StoreSettings,
@@ -587,6 +589,25 @@ class LocalStore(Store):
             self._end(record, JobStatus.FAILED, now)
         self._wake()
         return ResultRecorded(self._snapshot(record), applied=True)
+
+    async def report_and_claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        results: Sequence[tuple[str, str, ResultReport]],
+        max_jobs: int,
+    ) -> ReportedAndClaimed:
+        # One step: nothing here awaits, so no other call runs in between.
+        answers = []
+        for job_id, lease_id, report in results:
+            try:
+                recorded = await self.record_result(job_id, lease_id, report)
+            except (LeaseLost, JobCancelled, JobNotFound) as refused:
+                answers.append(ReportAnswer(job_id, refused=refused))
+            else:
+                answers.append(ReportAnswer(job_id, recorded=recorded))
+        claimed = await self.claim(worker_id, models, max_jobs) if max_jobs > 0 else []
+        return ReportedAndClaimed(answers, claimed)
 
     # -- operations ----------------------------------------------------------
 

@@ -252,6 +252,22 @@ class ResultRecorded:
 
 
 @dataclass(frozen=True)
+class ReportAnswer:
+    """What became of one result of report_and_claim: recorded, or refused."""
+
+    job_id: str
+    recorded: ResultRecorded | None = None
+    #: LeaseLost, JobCancelled or JobNotFound when refused (nothing changed).
+    refused: Exception | None = None
+
+
+@dataclass(frozen=True)
+class ReportedAndClaimed:
+    results: list[ReportAnswer]
+    claimed: list[ClaimedJob]
+
+
+@dataclass(frozen=True)
 class CancelResult:
     job: Job
     cancelled: bool

@@ -83,6 +83,7 @@ from store.model import (
     JobEvent,
     JobStatus,
     Priority,
+    ReportedAndClaimed,
     ResultRecorded,
     ResultReport,
     StoreSettings,
@@ -189,6 +190,21 @@ class Store(Protocol):
 
         `applied` is False for a repeat (same lease and outcome) that returned
         the stored job unchanged, so callers count each outcome once.
+        """
+
+    async def report_and_claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        results: Sequence[tuple[str, str, ResultReport]],
+        max_jobs: int,
+    ) -> ReportedAndClaimed:
+        """End each (job_id, lease_id, report) as record_result would, then claim.
+
+        One atomic step (one script on Redis): a result refused with
+        LeaseLost, JobCancelled or JobNotFound is answered in its ReportAnswer
+        and spares the others; then up to max_jobs jobs (0: none) are claimed
+        as claim() with no wait would. The daemon's fast path.
         """
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:

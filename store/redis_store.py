@@ -60,6 +60,8 @@ from store.model import (
     JobSpec,
     JobStatus,
     Priority,
+    ReportAnswer,
+    ReportedAndClaimed,
     ResultRecorded,
     ResultReport,
     StoreSettings,
@@ -468,20 +470,23 @@ class RedisStore(Store):
             *(uuid.uuid4().hex for _ in range(max_jobs)),
         ]
         op_key = self._op_key()
-        call = asyncio.ensure_future(
-            self._transition("claim", [*self.keys.claim_queues(models), op_key], args)
-        )
+        call = self._transition("claim", [*self.keys.claim_queues(models), op_key], args)
+        reply = await self._shielded_claim(op_key, call)
+        return [claimed_from_reply(entry) for entry in reply]
+
+    async def _shielded_claim(
+        self, op_key: str, script: Coroutine[Any, Any, Any], claims: bool = True
+    ) -> Any:
+        """Run a claiming script; if its caller is gone or its outcome unknown, undo its leases."""
+        call = asyncio.ensure_future(script)
         try:
             # shielded: a caller cancelled now must not drop leases the script made
-            reply = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            self._in_background(self._undo_claim(op_key, call))
+            return await asyncio.shield(call)
+        except (asyncio.CancelledError, StoreUnavailable):
+            # cancelled, a timeout, or the connection broke again: the script may have run
+            if claims:
+                self._in_background(self._undo_claim(op_key, call))
             raise
-        except StoreUnavailable:
-            # a timeout, or the connection broke again: the script may have run
-            self._in_background(self._undo_claim(op_key, call))
-            raise
-        return [claimed_from_reply(entry) for entry in reply]
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -560,6 +565,50 @@ class RedisStore(Store):
         )
         _check_code(reply, job_id)
         return ResultRecorded(job_from_snapshot(reply[1]), applied=reply[2] == 1)
+
+    async def report_and_claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        results: Sequence[tuple[str, str, ResultReport]],
+        max_jobs: int,
+    ) -> ReportedAndClaimed:
+        for _, _, report in results:
+            if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+                raise InvalidRequest("status", "must be COMPLETED or FAILED")
+        models = claim_models(models) if max_jobs > 0 else []
+        max_jobs = claim_limit(max_jobs) if models else 0
+        s = self.settings
+        keys = [
+            key
+            for job_id, _, _ in results
+            for key in (self.keys.job(job_id), self.keys.result(job_id))
+        ]
+        keys += self.keys.claim_queues(models) if models else []
+        claim_op = self._op_key()
+        keys += [self._op_key(), claim_op]
+        args: list[ArgValue] = [
+            worker_id,
+            to_ms(s.lease_timeout),
+            max_jobs,
+            len(models),
+            len(results),
+            to_ms(s.retry_backoff_base),
+            to_ms(s.retry_backoff_max),
+        ]
+        for job_id, lease_id, report in results:
+            args += [job_id, lease_id, report.status.value, report.result,
+                     report.result_content_type, report.error_code, report.error_message,
+                     1 if report.retryable else 0]  # fmt: skip
+        args += [uuid.uuid4().hex for _ in range(max_jobs)]
+        reply = await self._shielded_claim(
+            claim_op, self._transition("report_and_claim", keys, args), max_jobs > 0
+        )
+        answers = [
+            _report_answer(job_id, code, snapshot)
+            for (job_id, _, _), (code, snapshot) in zip(results, reply[0], strict=True)
+        ]
+        return ReportedAndClaimed(answers, [claimed_from_reply(entry) for entry in reply[1]])
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
         reply = await self._transition(
@@ -686,3 +735,9 @@ class RedisStore(Store):
 def _recheck() -> float:
     """The safety re-check delay, jittered so streams opened together do not re-read together."""
     return SAFETY_RECHECK * random.uniform(0.8, 1.2)
+
+
+def _report_answer(job_id: str, code: int, snapshot: Any) -> ReportAnswer:
+    if code < 0:
+        return ReportAnswer(job_id, refused=error_for(code, job_id))
+    return ReportAnswer(job_id, ResultRecorded(job_from_snapshot(snapshot), applied=code == 1))

@@ -14,10 +14,10 @@ from jobgate.v1 import worker_service_pb2 as pb
 from jobgate.v1 import worker_service_pb2_grpc
 from serving.auth import Role
 from serving.context import Serving
-from serving.convert import job_to_proto
+from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
-from store.errors import StoreError
-from store.model import ClaimedJob
+from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
+from store.model import ClaimedJob, Job, JobStatus, ReportAnswer, ResultRecorded
 from worker_server import convert, validate
 
 log = logging.getLogger("jobgate.worker_server")
@@ -42,26 +42,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> pb.ClaimNextResponse:
         self._authorize(context)
         validate.claim_next(request)
-        models = list(dict.fromkeys(request.models))
-        claim = asyncio.ensure_future(
-            self._store.claim(
-                request.worker_id, models, request.max_jobs or 1, _wait(request, context)
-            )
+        wait = _wait(request, context)
+        claimed = await self._claim(
+            request.worker_id, request.models, request.max_jobs or 1, wait, context
         )
-        try:
-            finished, claimed = await self._serving.lifecycle.unless_draining(claim)
-        except asyncio.CancelledError:
-            # cancelled as the store answered: nobody will receive these leases
-            self._release_later(_claimed_by(claim))
-            raise
-        if not finished or not claimed:
-            return pb.ClaimNextResponse()  # nothing came, or the server is draining
-        if _caller_gone(context):
-            self._release_later(claimed)
-            return pb.ClaimNextResponse()
-        self._serving.metrics.claimed(claimed)
-        for item in claimed:
-            log.info("job claimed", extra=job_fields(item.job, worker_id=request.worker_id))
         return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
 
     def _release_later(self, claimed: Sequence[ClaimedJob]) -> None:
@@ -96,15 +80,120 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     ) -> pb.SetResultResponse:
         self._authorize(context)
         validate.set_result(request, self._serving.settings.max_payload_bytes)
+        job = await self._record(request)
+        return pb.SetResultResponse(job=job_to_proto(job))
+
+    async def ReportAndClaim(
+        self, request: pb.ReportAndClaimRequest, context: Context
+    ) -> pb.ReportAndClaimResponse:
+        self._authorize(context)
+        validate.report_and_claim(request, self._serving.settings.max_payload_bytes)
+        response = pb.ReportAndClaimResponse()
+        for beat in request.heartbeats:
+            response.heartbeats.append(await self._beat(beat))
+        results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
+        # The results and the claim of what is queued now share one store step.
+        reported = await self._store.report_and_claim(
+            request.worker_id, request.models, results, request.max_jobs
+        )
+        for result, answer in zip(request.results, reported.results, strict=True):
+            response.results.add(job_id=answer.job_id, outcome=self._answered(result, answer))
+        claimed = self._hand_out(request.worker_id, reported.claimed, context)
+        wait = _wait(request, context)
+        if request.max_jobs > 0 and not claimed and not request.heartbeats and wait:
+            # Nothing queued: long-poll as ClaimNext does (a heartbeat's answer,
+            # cancel_requested, never waits for a job).
+            claimed = await self._claim(
+                request.worker_id, request.models, request.max_jobs, wait, context
+            )
+        response.jobs.extend(convert.claimed_job(item) for item in claimed)
+        return response
+
+    def _answered(
+        self, request: pb.SetResultRequest, answer: ReportAnswer
+    ) -> pb.ReportOutcome.ValueType:
+        if answer.recorded is None:
+            assert isinstance(answer.refused, Refused)
+            return _refusal(answer.refused)
+        self._recorded(answer.recorded, request.retryable)
+        return pb.REPORT_OUTCOME_APPLIED
+
+    async def _claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        max_jobs: int,
+        wait: timedelta,
+        context: Context,
+    ) -> list[ClaimedJob]:
+        claim = asyncio.ensure_future(
+            self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait)
+        )
+        try:
+            finished, claimed = await self._serving.lifecycle.unless_draining(claim)
+        except asyncio.CancelledError:
+            # cancelled as the store answered: nobody will receive these leases
+            self._release_later(_claimed_by(claim))
+            raise
+        if not finished or not claimed:
+            return []  # nothing came, or the server is draining
+        return self._hand_out(worker_id, claimed, context)
+
+    def _hand_out(
+        self, worker_id: str, claimed: list[ClaimedJob], context: Context
+    ) -> list[ClaimedJob]:
+        """The claimed jobs to answer with; given back at once if the caller is gone."""
+        if claimed and _caller_gone(context):
+            self._release_later(claimed)
+            return []
+        self._serving.metrics.claimed(claimed)
+        for item in claimed:
+            log.debug("job claimed", extra=job_fields(item.job, worker_id=worker_id))
+        return claimed
+
+    async def _beat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatAnswer:
+        answer = pb.HeartbeatAnswer(job_id=request.job_id)
+        try:
+            result = await self._store.heartbeat(
+                request.job_id, request.lease_id, request.progress, request.stage
+            )
+        except Refused as refused:
+            answer.outcome = _refusal(refused)
+            answer.cancel_requested = isinstance(refused, JobCancelled)
+            return answer
+        answer.outcome = pb.REPORT_OUTCOME_APPLIED
+        answer.lease_expire_time.CopyFrom(timestamp(result.lease_expire_time))
+        answer.cancel_requested = result.cancel_requested
+        return answer
+
+    async def _record(self, request: pb.SetResultRequest) -> Job:
         recorded = await self._store.record_result(
             request.job_id, request.lease_id, convert.result_report(request)
         )
+        return self._recorded(recorded, request.retryable)
+
+    def _recorded(self, recorded: ResultRecorded, retryable: bool) -> Job:
         job = recorded.job
         # A repeat after a lost answer changed nothing, so it is not counted again.
         if recorded.applied and job.terminal:
             self._serving.metrics.finished(job)
-        log.info("job result", extra=job_fields(job, retryable=request.retryable))
-        return pb.SetResultResponse(job=job_to_proto(job))
+        # A failure is what an operator looks for; a completion is the hot path.
+        level = logging.DEBUG if job.status is JobStatus.COMPLETED else logging.INFO
+        log.log(level, "job result", extra=job_fields(job, retryable=retryable))
+        return job
+
+
+# A refused report is answered in its own outcome in ReportAndClaim, not as an
+# RPC error; store trouble still fails the whole call.
+Refused = (LeaseLost, JobCancelled, JobNotFound)
+
+
+def _refusal(refused: LeaseLost | JobCancelled | JobNotFound) -> pb.ReportOutcome.ValueType:
+    if isinstance(refused, LeaseLost):
+        return pb.REPORT_OUTCOME_LEASE_LOST
+    if isinstance(refused, JobCancelled):
+        return pb.REPORT_OUTCOME_JOB_CANCELLED
+    return pb.REPORT_OUTCOME_JOB_NOT_FOUND
 
 
 def _claimed_by(claim: asyncio.Future[list[ClaimedJob]]) -> list[ClaimedJob]:
@@ -120,7 +209,7 @@ def _caller_gone(context: Context) -> bool:
     return context.cancelled() or (remaining is not None and remaining <= 0)
 
 
-def _wait(request: pb.ClaimNextRequest, context: Context) -> timedelta:
+def _wait(request: pb.ClaimNextRequest | pb.ReportAndClaimRequest, context: Context) -> timedelta:
     wait = request.wait.ToTimedelta()
     remaining = context.time_remaining()
     if remaining is not None and wait > timedelta(0):

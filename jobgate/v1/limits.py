@@ -26,6 +26,8 @@ MAX_MODELS = 32
 MAX_WAIT_SECONDS = 60
 #: ClaimNext returns at most this many jobs (max_jobs above it is refused).
 MAX_JOBS_PER_CLAIM = 64
+#: ReportAndClaim carries at most this many results, and as many heartbeats.
+MAX_REPORTS_PER_CALL = 64
 MAX_LEASE_ID_BYTES = 128
 MAX_STAGE_BYTES = 128
 #: SetResult's error_message, in UTF-8 bytes.

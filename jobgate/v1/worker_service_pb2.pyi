@@ -9,6 +9,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from jobgate.v1 import job_pb2 as _job_pb2
 import builtins as _builtins
 import sys
@@ -20,6 +21,52 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ReportOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReportOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReportOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REPORT_OUTCOME_UNSPECIFIED: _ReportOutcome.ValueType  # 0
+    """Not used."""
+    REPORT_OUTCOME_APPLIED: _ReportOutcome.ValueType  # 1
+    """Done: the attempt ended, or the lease was extended. A result repeated
+    with the same lease_id and outcome is also APPLIED (it changed nothing).
+    """
+    REPORT_OUTCOME_LEASE_LOST: _ReportOutcome.ValueType  # 2
+    """The lease_id is not the job's live lease: nothing changed (as
+    FAILED_PRECONDITION LEASE_LOST).
+    """
+    REPORT_OUTCOME_JOB_CANCELLED: _ReportOutcome.ValueType  # 3
+    """The job was cancelled while this lease held it: nothing changed (as
+    FAILED_PRECONDITION JOB_CANCELLED); a heartbeat says so too.
+    """
+    REPORT_OUTCOME_JOB_NOT_FOUND: _ReportOutcome.ValueType  # 4
+    """No such job (expired or never existed), as NOT_FOUND."""
+
+class ReportOutcome(_ReportOutcome, metaclass=_ReportOutcomeEnumTypeWrapper):
+    """ReportOutcome says what became of one result or heartbeat of a
+    ReportAndClaim call.
+    """
+
+REPORT_OUTCOME_UNSPECIFIED: ReportOutcome.ValueType  # 0
+"""Not used."""
+REPORT_OUTCOME_APPLIED: ReportOutcome.ValueType  # 1
+"""Done: the attempt ended, or the lease was extended. A result repeated
+with the same lease_id and outcome is also APPLIED (it changed nothing).
+"""
+REPORT_OUTCOME_LEASE_LOST: ReportOutcome.ValueType  # 2
+"""The lease_id is not the job's live lease: nothing changed (as
+FAILED_PRECONDITION LEASE_LOST).
+"""
+REPORT_OUTCOME_JOB_CANCELLED: ReportOutcome.ValueType  # 3
+"""The job was cancelled while this lease held it: nothing changed (as
+FAILED_PRECONDITION JOB_CANCELLED); a heartbeat says so too.
+"""
+REPORT_OUTCOME_JOB_NOT_FOUND: ReportOutcome.ValueType  # 4
+"""No such job (expired or never existed), as NOT_FOUND."""
+Global___ReportOutcome: _TypeAlias = ReportOutcome  # noqa: Y015
 
 @_typing.final
 class ClaimNextRequest(_message.Message):
@@ -268,3 +315,158 @@ class SetResultResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetResultResponse: _TypeAlias = SetResultResponse  # noqa: Y015
+
+@_typing.final
+class ReportAndClaimRequest(_message.Message):
+    """ReportAndClaimRequest is the input of ReportAndClaim."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    MAX_JOBS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    HEARTBEATS_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """Required. Names the worker, as in ClaimNextRequest."""
+    max_jobs: _builtins.int
+    """The most jobs to claim: 0 claims none (report only); at most 64."""
+    @_builtins.property
+    def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The models this worker can run, as in ClaimNextRequest; required when
+        max_jobs is above 0.
+        """
+
+    @_builtins.property
+    def wait(self) -> _duration_pb2.Duration:
+        """How long to wait for a job when none is queued, as in ClaimNextRequest.
+        The results are applied before the wait begins; with any heartbeats the
+        call does not wait, so their answers are never held back.
+        """
+
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SetResultRequest]:
+        """Attempts to end, each as a SetResult would; at most 64."""
+
+    @_builtins.property
+    def heartbeats(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeartbeatRequest]:
+        """Leases to extend, each as a Heartbeat would; at most 64."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        models: _abc.Iterable[_builtins.str] | None = ...,
+        wait: _duration_pb2.Duration | None = ...,
+        max_jobs: _builtins.int = ...,
+        results: _abc.Iterable[Global___SetResultRequest] | None = ...,
+        heartbeats: _abc.Iterable[Global___HeartbeatRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeats", b"heartbeats", "max_jobs", b"max_jobs", "models", b"models", "results", b"results", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportAndClaimRequest: _TypeAlias = ReportAndClaimRequest  # noqa: Y015
+
+@_typing.final
+class ResultAnswer(_message.Message):
+    """ResultAnswer is the answer to one entry of ReportAndClaimRequest.results."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job id of the entry."""
+    outcome: Global___ReportOutcome.ValueType
+    """What became of it."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        outcome: Global___ReportOutcome.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResultAnswer: _TypeAlias = ResultAnswer  # noqa: Y015
+
+@_typing.final
+class HeartbeatAnswer(_message.Message):
+    """HeartbeatAnswer is the answer to one entry of
+    ReportAndClaimRequest.heartbeats.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The job id of the entry."""
+    outcome: Global___ReportOutcome.ValueType
+    """What became of it."""
+    cancel_requested: _builtins.bool
+    """True once the job was cancelled: stop work."""
+    @_builtins.property
+    def lease_expire_time(self) -> _timestamp_pb2.Timestamp:
+        """The lease's new expiry (store clock) when APPLIED."""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        outcome: Global___ReportOutcome.ValueType = ...,
+        lease_expire_time: _timestamp_pb2.Timestamp | None = ...,
+        cancel_requested: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expire_time", b"lease_expire_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "job_id", b"job_id", "lease_expire_time", b"lease_expire_time", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatAnswer: _TypeAlias = HeartbeatAnswer  # noqa: Y015
+
+@_typing.final
+class ReportAndClaimResponse(_message.Message):
+    """ReportAndClaimResponse is the output of ReportAndClaim."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    HEARTBEATS_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResultAnswer]:
+        """One answer per entry of `results`, in request order."""
+
+    @_builtins.property
+    def heartbeats(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeartbeatAnswer]:
+        """One answer per entry of `heartbeats`, in request order."""
+
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimedJob]:
+        """The claimed jobs in claim order; empty when none was asked for or came."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___ResultAnswer] | None = ...,
+        heartbeats: _abc.Iterable[Global___HeartbeatAnswer] | None = ...,
+        jobs: _abc.Iterable[Global___ClaimedJob] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeats", b"heartbeats", "jobs", b"jobs", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportAndClaimResponse: _TypeAlias = ReportAndClaimResponse  # noqa: Y015

@@ -60,6 +60,11 @@ class WorkerServiceStub:
                 request_serializer=jobgate_dot_v1_dot_worker__service__pb2.SetResultRequest.SerializeToString,
                 response_deserializer=jobgate_dot_v1_dot_worker__service__pb2.SetResultResponse.FromString,
                 _registered_method=True)
+        self.ReportAndClaim = channel.unary_unary(
+                '/jobgate.v1.WorkerService/ReportAndClaim',
+                request_serializer=jobgate_dot_v1_dot_worker__service__pb2.ReportAndClaimRequest.SerializeToString,
+                response_deserializer=jobgate_dot_v1_dot_worker__service__pb2.ReportAndClaimResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -104,6 +109,21 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportAndClaim(self, request, context):
+        """ReportAndClaim is the worker daemon's fast path: in one round trip it
+        ends the attempts in `results` (each exactly as SetResult would), extends
+        the leases in `heartbeats` (each exactly as Heartbeat would) and then
+        claims up to max_jobs jobs (as ClaimNext would, waiting up to `wait` for
+        the first when none is queued). A refused item (stale lease, cancelled,
+        unknown job) is answered in its own outcome and never fails the call or
+        the other items; a bad item is INVALID_ARGUMENT naming it
+        (`results[i].…`) and nothing is done. ClaimNext, Heartbeat and SetResult
+        keep working unchanged for any client.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +141,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.SetResult,
                     request_deserializer=jobgate_dot_v1_dot_worker__service__pb2.SetResultRequest.FromString,
                     response_serializer=jobgate_dot_v1_dot_worker__service__pb2.SetResultResponse.SerializeToString,
+            ),
+            'ReportAndClaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportAndClaim,
+                    request_deserializer=jobgate_dot_v1_dot_worker__service__pb2.ReportAndClaimRequest.FromString,
+                    response_serializer=jobgate_dot_v1_dot_worker__service__pb2.ReportAndClaimResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +240,33 @@ class WorkerService:
             '/jobgate.v1.WorkerService/SetResult',
             jobgate_dot_v1_dot_worker__service__pb2.SetResultRequest.SerializeToString,
             jobgate_dot_v1_dot_worker__service__pb2.SetResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportAndClaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobgate.v1.WorkerService/ReportAndClaim',
+            jobgate_dot_v1_dot_worker__service__pb2.ReportAndClaimRequest.SerializeToString,
+            jobgate_dot_v1_dot_worker__service__pb2.ReportAndClaimResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,17 @@ class WorkerServiceStub:
     lease: FAILED_PRECONDITION (LEASE_LOST); a job cancelled meanwhile:
     FAILED_PRECONDITION (JOB_CANCELLED).
     """
+    ReportAndClaim: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.ReportAndClaimRequest, _worker_service_pb2.ReportAndClaimResponse]
+    """ReportAndClaim is the worker daemon's fast path: in one round trip it
+    ends the attempts in `results` (each exactly as SetResult would), extends
+    the leases in `heartbeats` (each exactly as Heartbeat would) and then
+    claims up to max_jobs jobs (as ClaimNext would, waiting up to `wait` for
+    the first when none is queued). A refused item (stale lease, cancelled,
+    unknown job) is answered in its own outcome and never fails the call or
+    the other items; a bad item is INVALID_ARGUMENT naming it
+    (`results[i].…`) and nothing is done. ClaimNext, Heartbeat and SetResult
+    keep working unchanged for any client.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -92,6 +103,17 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     lease_id and outcome returns the stored job and changes nothing. Stale
     lease: FAILED_PRECONDITION (LEASE_LOST); a job cancelled meanwhile:
     FAILED_PRECONDITION (JOB_CANCELLED).
+    """
+    ReportAndClaim: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.ReportAndClaimRequest, _worker_service_pb2.ReportAndClaimResponse]  # type: ignore[assignment]
+    """ReportAndClaim is the worker daemon's fast path: in one round trip it
+    ends the attempts in `results` (each exactly as SetResult would), extends
+    the leases in `heartbeats` (each exactly as Heartbeat would) and then
+    claims up to max_jobs jobs (as ClaimNext would, waiting up to `wait` for
+    the first when none is queued). A refused item (stale lease, cancelled,
+    unknown job) is answered in its own outcome and never fails the call or
+    the other items; a bad item is INVALID_ARGUMENT naming it
+    (`results[i].…`) and nothing is done. ClaimNext, Heartbeat and SetResult
+    keep working unchanged for any client.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -140,6 +162,23 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         lease_id and outcome returns the stored job and changes nothing. Stale
         lease: FAILED_PRECONDITION (LEASE_LOST); a job cancelled meanwhile:
         FAILED_PRECONDITION (JOB_CANCELLED).
+        """
+
+    @_abc_1.abstractmethod
+    def ReportAndClaim(
+        self,
+        request: _worker_service_pb2.ReportAndClaimRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_service_pb2.ReportAndClaimResponse, _abc.Awaitable[_worker_service_pb2.ReportAndClaimResponse]]:
+        """ReportAndClaim is the worker daemon's fast path: in one round trip it
+        ends the attempts in `results` (each exactly as SetResult would), extends
+        the leases in `heartbeats` (each exactly as Heartbeat would) and then
+        claims up to max_jobs jobs (as ClaimNext would, waiting up to `wait` for
+        the first when none is queued). A refused item (stale lease, cancelled,
+        unknown job) is answered in its own outcome and never fails the call or
+        the other items; a bad item is INVALID_ARGUMENT naming it
+        (`results[i].…`) and nothing is done. ClaimNext, Heartbeat and SetResult
+        keep working unchanged for any client.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

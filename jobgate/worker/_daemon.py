@@ -24,7 +24,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
 from jobgate.worker._job import Handler, JobRun, Link, backoff
+from jobgate.worker._reports import Pending, Reports
 from jobgate.worker._threads import HandlerThreads
 
 log = logging.getLogger("jobgate.worker")
@@ -133,9 +134,17 @@ class Worker:
         self._link = Link()
         #: Sync handlers run here; threads are reused from job to job.
         self.threads = HandlerThreads(name="handler")
+        self._runs: dict[str, JobRun] = {}
+        #: Results ride with the next ReportAndClaim while the server has it.
+        self.fast_path = True
+        self._reports = Reports(on_submit=self._result_ready)
+        self._polling = False  # the claim loop sits in a long poll
+        self._claiming = True  # the claim loop runs (it takes pending results)
+        self._flusher: asyncio.Task[None] | None = None
+        self._stub: worker_service_pb2_grpc.WorkerServiceAsyncStub | None = None
         self._stopping = asyncio.Event()
         self._force = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        self._wakeup = asyncio.Event()  # a handler slot freed or a result is pending
         self._exit_code = 0
 
     def stop(self) -> None:
@@ -165,23 +174,29 @@ class Worker:
         )
         try:
             await self._claim_loop(stub)
+            self._claiming = False
+            self._flush(stub)
             await self._drain()
         finally:
+            if self._flusher is not None:
+                self._flusher.cancel()
             await channel.close(grace=None)
         log.info("worker %s stopped", self.config.worker_id)
         return self._exit_code
 
     async def _claim_loop(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+        self._stub = stub
         failures = 0
         while not self._stopping.is_set():
-            free = self.config.concurrency - len(self.active)
-            if free <= 0:
-                self._slot_freed.clear()
-                await self._until_stopping(self._slot_freed.wait())
+            self._wakeup.clear()
+            free = self._free_slots()
+            results = self._reports.take() if self.fast_path else []
+            if free <= 0 and not results:
+                await self._until_stopping(self._wakeup.wait())
                 continue
             polled = time.monotonic()
             try:
-                response = await self._claim(stub, min(free, MAX_JOBS_PER_CLAIM))
+                jobs = await self._exchange(stub, results, min(free, MAX_JOBS_PER_CLAIM))
             except JobgateError as error:
                 if error.code in _FATAL_CODES:
                     log.error("%s: %s", _FATAL_CODES[error.code], error)
@@ -197,20 +212,128 @@ class Worker:
                 log.exception("claim failed unexpectedly; retrying with back-off")
                 await self._until_stopping(asyncio.sleep(backoff(failures, cap=10.0)))
                 continue
-            if response is None:
+            if jobs is None:
                 return  # stopping while the poll was open
             failures = 0
             self._link.ok()
-            for claimed in response.jobs:
+            for claimed in jobs:
                 self._start(stub, claimed)
-            if not response.jobs and time.monotonic() - polled < EARLY_EMPTY_ANSWER:
+            if not jobs and not results and time.monotonic() - polled < EARLY_EMPTY_ANSWER:
                 # An empty answer long before `wait` (a draining server): don't spin.
                 await self._until_stopping(asyncio.sleep(backoff(1)))
 
+    def _free_slots(self) -> int:
+        """Handler slots not in use: a job whose handler returned holds none."""
+        return self.config.concurrency - sum(not run.handler_done for run in self._runs.values())
+
+    async def _exchange(
+        self,
+        stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
+        results: list[Pending],
+        max_jobs: int,
+    ) -> Sequence[worker_service_pb2.ClaimedJob] | None:
+        """Report `results` and claim up to max_jobs; None when a stop cut the poll."""
+        if not self.fast_path:
+            return await self._claim(stub, max_jobs)
+        # With results in hand, ask without waiting: their answers come back at
+        # once, and an empty claim is followed by a long poll without them.
+        wait = 0.0 if results else self.config.claim_wait
+        call = self._report_and_claim(stub, results, max_jobs, wait)
+        self._polling = wait > 0
+        if self._polling:
+            self._flush(stub)  # results that finish meanwhile go on their own
+        try:
+            poll = await self._unless_stopping(call)
+        finally:
+            self._polling = False
+        if poll is None:
+            self._reports.put_back(results)  # the flush sends them
+            return None
+        return self._answered(poll, results)
+
+    def _report_and_claim(
+        self,
+        stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
+        results: list[Pending],
+        max_jobs: int,
+        wait: float,
+    ) -> Awaitable[worker_service_pb2.ReportAndClaimResponse]:
+        request = worker_service_pb2.ReportAndClaimRequest(
+            worker_id=self.config.worker_id,
+            models=list(self.config.models),
+            max_jobs=max_jobs,
+            results=[item.request for item in results],
+        )
+        request.wait.FromNanoseconds(int(wait * 1e9))
+        return stub.ReportAndClaim(
+            request, timeout=wait + 10.0, metadata=self.config.connection.metadata
+        )
+
+    def _answered(
+        self,
+        call: asyncio.Future[worker_service_pb2.ReportAndClaimResponse],
+        results: list[Pending],
+    ) -> Sequence[worker_service_pb2.ClaimedJob]:
+        try:
+            response = call.result()
+        except grpc.RpcError as rpc_error:
+            return self._exchange_failed(error_from_rpc(rpc_error), results)
+        Reports.settle(results, list(response.results))
+        return response.jobs
+
+    def _exchange_failed(
+        self, error: JobgateError, results: list[Pending]
+    ) -> Sequence[worker_service_pb2.ClaimedJob]:
+        if error.code == grpc.StatusCode.UNIMPLEMENTED:
+            # A server without the fast path (or not a WorkerService at all:
+            # ClaimNext, tried next, tells which).
+            log.info("the worker server has no ReportAndClaim; using ClaimNext and SetResult")
+            self.fast_path = False
+            Reports.decline(results)
+            self._reports.decline_all()
+            return []
+        if error.code == grpc.StatusCode.INVALID_ARGUMENT and results:
+            # One of the results is refused as invalid; each goes alone, where
+            # SetResult's answer says which and the attempt still ends.
+            Reports.decline(results)
+            return []
+        self._reports.put_back(results)
+        raise error
+
+    def _result_ready(self) -> None:
+        if not self.fast_path:
+            self._reports.decline_all()
+            return
+        self._wakeup.set()
+        if self._stub is not None and (self._polling or not self._claiming):
+            self._flush(self._stub)
+
+    def _flush(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+        """Send pending results on their own while the claim loop cannot take them."""
+        if len(self._reports) and (self._flusher is None or self._flusher.done()):
+            self._flusher = asyncio.create_task(self._flush_loop(stub), name="report-flush")
+
+    async def _flush_loop(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+        failures = 0
+        while len(self._reports) and self.fast_path and (self._polling or not self._claiming):
+            results = self._reports.take()
+            # Not cut short by a stop: during the drain these are the answers
+            # the in-flight jobs wait for.
+            call = asyncio.ensure_future(self._report_and_claim(stub, results, 0, 0.0))
+            await asyncio.wait({call})
+            try:
+                self._answered(call, results)
+            except JobgateError as error:
+                failures += 1
+                self._link.failed(error)
+                await asyncio.sleep(backoff(failures))
+                continue
+            failures = 0
+
     async def _claim(
         self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub, max_jobs: int
-    ) -> worker_service_pb2.ClaimNextResponse | None:
-        """One long poll; None when a stop interrupted it before any job came."""
+    ) -> Sequence[worker_service_pb2.ClaimedJob] | None:
+        """One ClaimNext long poll; None when a stop interrupted it before any job came."""
         request = worker_service_pb2.ClaimNextRequest(
             worker_id=self.config.worker_id, models=list(self.config.models), max_jobs=max_jobs
         )
@@ -226,7 +349,7 @@ class Worker:
         if poll is None:
             return None
         try:
-            return poll.result()
+            return poll.result().jobs
         except grpc.RpcError as rpc_error:
             raise error_from_rpc(rpc_error) from rpc_error
 
@@ -238,12 +361,14 @@ class Worker:
         self.claimed_total += 1
         job = claimed.job
         fields = {"job_id": job.id, "tenant": job.tenant, "model": job.model}
-        log.info("job claimed", extra={**fields, "attempt": job.attempts})
+        log.debug("job claimed", extra={**fields, "attempt": job.attempts})
         run = JobRun(
             claimed,
             stub=stub,
             handler=self.handler,
             threads=self.threads,
+            reports=self._reports,
+            on_handler_done=self._wakeup.set,
             metadata=self.config.connection.metadata,
             worker_id=self.config.worker_id,
             link=self._link,
@@ -251,6 +376,7 @@ class Worker:
         )
         task = asyncio.create_task(self._guarded(run), name=f"job-{job.id}")
         self.active[job.id] = task
+        self._runs[job.id] = run
         task.add_done_callback(lambda _: self._finished(job.id))
 
     async def _guarded(self, run: JobRun) -> None:
@@ -263,7 +389,8 @@ class Worker:
 
     def _finished(self, job_id: str) -> None:
         self.active.pop(job_id, None)
-        self._slot_freed.set()
+        self._runs.pop(job_id, None)
+        self._wakeup.set()
 
     async def _until_stopping(self, waiting: Coroutine[Any, Any, Any]) -> None:
         """Await `waiting` unless a stop comes first."""

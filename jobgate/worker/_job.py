@@ -32,6 +32,7 @@ from jobgate.errors import (
 from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_ERROR_MESSAGE_BYTES, clip_utf8
 from jobgate.worker._context import JobContext
+from jobgate.worker._reports import Reports
 from jobgate.worker._threads import HandlerThreads
 
 log = logging.getLogger("jobgate.worker")
@@ -168,6 +169,8 @@ class JobRun:
         stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
         handler: Handler,
         threads: HandlerThreads,
+        reports: Reports | None = None,
+        on_handler_done: Callable[[], None] | None = None,
         metadata: tuple[tuple[str, str], ...],
         worker_id: str,
         link: Link,
@@ -179,6 +182,10 @@ class JobRun:
         self._stub = stub
         self._handler = handler
         self._threads = threads
+        self._reports = reports
+        self._on_handler_done = on_handler_done
+        #: True once the handler returned: the job holds no handler slot any more.
+        self.handler_done = False
         self._metadata = metadata
         self._link = link
         self._progress_interval = progress_interval
@@ -217,6 +224,7 @@ class JobRun:
         self._handler_task = asyncio.create_task(self._invoke())
         try:
             outcome = await self._outcome()
+            self._handler_finished()
             if outcome is not None and self.abandoned is None:
                 await self._set_result(outcome)
                 status = job_pb2.JobStatus.Name(outcome.status).removeprefix("JOB_STATUS_")
@@ -227,7 +235,9 @@ class JobRun:
                         "error_message": outcome.error_message,
                         "retryable": outcome.retryable,
                     }
-                log.info("job %s", status.lower(), extra=fields)
+                # One line per failed job; a completed one only at DEBUG (hot path).
+                level = logging.INFO if outcome.error_code else logging.DEBUG
+                log.log(level, "job %s", status.lower(), extra=fields)
         except asyncio.CancelledError:
             await self._report_shutdown()
             raise
@@ -238,6 +248,11 @@ class JobRun:
             log.info(
                 "job stopped without a result", extra={**self.log_fields, "why": self.abandoned}
             )
+
+    def _handler_finished(self) -> None:
+        self.handler_done = True
+        if self._on_handler_done is not None:
+            self._on_handler_done()
 
     async def _outcome(self) -> Outcome | None:
         assert self._handler_task is not None
@@ -340,6 +355,19 @@ class JobRun:
         )
 
     async def _set_result(self, outcome: Outcome) -> None:
+        """Report the outcome: with the next ReportAndClaim where the fast path takes it."""
+        self.outcome = outcome
+        if self._reports is not None:
+            answer = await self._reports.submit(self._request(outcome))
+            if answer == worker_service_pb2.REPORT_OUTCOME_APPLIED:
+                return
+            if answer is not None:
+                name = worker_service_pb2.ReportOutcome.Name(answer)
+                self.abandoned = f"result refused: {name.removeprefix('REPORT_OUTCOME_')}"
+                return
+        await self._set_result_alone(outcome)
+
+    async def _set_result_alone(self, outcome: Outcome) -> None:
         """SetResult, retried until acknowledged (idempotent for the same lease and outcome)."""
         failures = 0
         while self.abandoned is None:

@@ -42,49 +42,18 @@
 --- @include "snapshot"
 --- @include "common"
 --- @include "once"
+--- @include "end_attempt"
 
-local key = KEYS[11]
 local id = ARGV[4]
-local lease_id = ARGV[5]
-local status = ARGV[6]
-local retryable = ARGV[11] == '1'
 if op_recorded() then
   return {1, snapshot(PREFIX, id), 1}
 end
--- what was asked, to recognise a repeat after a lost answer
-local outcome = table.concat({status, ARGV[11], ARGV[9], redis.sha1hex(ARGV[7])}, '|')
-
-local f = redis.call('HMGET', key, 'status', 'lease_id', 'outcome', 'attempts',
-  'cancel_requested')
-if not f[1] then
-  return {RC.JOB_NOT_FOUND}
+local code = end_attempt(KEYS[11], KEYS[12], id, ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+  ARGV[10], ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13]))
+if code < 0 then
+  return {code}
 end
-if f[2] ~= lease_id then
-  return {RC.LEASE_LOST}
+if code == 1 then
+  op_record('1')
 end
-if f[1] == ST.CANCELLED and f[5] == '1' then
-  return {RC.JOB_CANCELLED}
-end
-if f[1] ~= ST.PROCESSING then
-  if f[3] == outcome then
-    return {1, snapshot(PREFIX, id), 0}
-  end
-  return {RC.LEASE_LOST}
-end
-
-oom_guard(key)
-redis.call('HSET', key, 'outcome', outcome)
-if status == ST.COMPLETED then
-  if ARGV[7] ~= '' then
-    redis.call('SET', KEYS[12], ARGV[7])
-  end
-  redis.call('HSET', key, 'result_content_type', ARGV[8], 'progress', '1')
-  finish(id, ST.COMPLETED, '', '')
-elseif retryable then
-  retry_or_exhaust(id, ARGV[9], ARGV[10],
-    backoff_ms(tonumber(f[4]), tonumber(ARGV[12]), tonumber(ARGV[13])))
-else
-  finish(id, ST.FAILED, ARGV[9], ARGV[10])
-end
-op_record('1')
-return {1, snapshot(PREFIX, id), 1}
+return {1, snapshot(PREFIX, id), code}

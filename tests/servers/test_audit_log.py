@@ -316,11 +316,11 @@ async def test_two_redis_replicas_log_each_transition_once(
     assert_group_logged_once(audit_caplog, parent, child)
 
 
-async def test_a_server_process_logs_transitions(
+async def test_a_server_process_logs_transitions_with_log_transitions_on(
     audit_caplog: pytest.LogCaptureFixture,
 ) -> None:
     loopback = Address("127.0.0.1", 0)
-    settings = ServerSettings(listen=loopback, worker_listen=loopback)
+    settings = ServerSettings(listen=loopback, worker_listen=loopback, log_transitions=True)
     process = server_process("serve", settings, out=io.StringIO(), install_signals=False)
     running = asyncio.create_task(process.run())
     try:
@@ -342,3 +342,41 @@ def _has_message(caplog: pytest.LogCaptureFixture, message: str) -> Callable[[],
         return any(r.getMessage() == message for r in caplog.records)
 
     return check
+
+
+async def test_a_server_process_logs_no_transitions_by_default(
+    audit_caplog: pytest.LogCaptureFixture,
+) -> None:
+    loopback = Address("127.0.0.1", 0)
+    settings = ServerSettings(listen=loopback, worker_listen=loopback)
+    process = server_process("serve", settings, out=io.StringIO(), install_signals=False)
+    running = asyncio.create_task(process.run())
+    try:
+        await asyncio.wait_for(process.started.wait(), 5)
+        assert process.serving is not None
+        store = process.serving.store
+        rounds = 0
+        recover = store.recover
+
+        async def counted() -> Any:
+            nonlocal rounds
+            rounds += 1
+            return await recover()
+
+        store.recover = counted  # type: ignore[method-assign]
+        job_address = next(item.address for item in process.listeners if item.name == "job")
+        async with grpc.aio.insecure_channel(str(job_address)) as channel:
+            stub = job_service_pb2_grpc.JobServiceStub(channel)
+            request = job_service_pb2.SubmitRequest(job=job_pb2.JobSpec(model="m"))
+            await stub.Submit(request, timeout=5)
+
+        async def led_twice() -> bool:  # the process surely holds the leadership
+            return rounds >= 2
+
+        await assert_eventually(led_twice, timeout=10)
+        messages = {record.getMessage() for record in audit_caplog.records}
+        assert "audit log following" not in messages  # the stream is not read a second time
+        assert "job transition" not in messages
+    finally:
+        process.request_stop()
+        assert await asyncio.wait_for(running, 15) == 0

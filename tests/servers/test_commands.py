@@ -80,7 +80,17 @@ def test_taken_port_is_one_line_and_exit_1() -> None:
 
 def test_serve_announces_ports_serves_metrics_and_drains_on_sigterm() -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobgate.cli", "serve", *EPHEMERAL, "--log-format", "json"],
+        [
+            sys.executable,
+            "-m",
+            "jobgate.cli",
+            "serve",
+            *EPHEMERAL,
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -117,3 +117,28 @@ def test_every_partition_the_flag_accepts_the_store_keys_accept(name: str) -> No
 
 def _flag(name: str) -> _Flag:
     return next(flag for flag in FLAGS if flag.name == name)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        ([], {}, False),
+        (["--log-transitions", "on"], {}, True),
+        (["--log-transitions", "off"], {"JOBGATE_LOG_TRANSITIONS": "on"}, False),
+        ([], {"JOBGATE_LOG_TRANSITIONS": "yes"}, True),
+    ],
+)
+def test_transition_lines_are_opt_in(
+    argv: list[str], environ: dict[str, str], expected: bool
+) -> None:
+    assert parse(argv, environ).log_transitions is expected
+
+
+def test_a_bad_switch_names_its_flag() -> None:
+    with pytest.raises(SettingsError, match="--log-transitions"):
+        parse(["--log-transitions", "maybe"])
+
+
+def test_a_switch_shows_its_default_as_off() -> None:
+    [flag] = [flag for flag in FLAGS if flag.name == "log_transitions"]
+    assert "(default off)" in help_text(flag)

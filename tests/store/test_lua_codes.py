@@ -12,8 +12,9 @@ from store.errors import StoreError
 from store.redis_scripts import read_script, script_names
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "store" / "lua"
-RETURN_CODE = re.compile(r"return\s*\{\s*RC\.([A-Z_]+)\s*\}")
-LITERAL_CODE = re.compile(r"return\s*\{\s*-\d+")
+# `return {RC.X}` from a script, or `return RC.X` from an include's function.
+RETURN_CODE = re.compile(r"return\s*(?:\{\s*)?RC\.([A-Z_]+)\b")
+LITERAL_CODE = re.compile(r"return\s*(?:\{\s*)?-\d+")
 
 
 def _returned_codes() -> set[int]:

@@ -205,3 +205,24 @@ async def test_batch_whose_reply_is_lost_answers_the_first_runs_outcome(
     assert results[1].job.id == results[2].job.id
     with pytest.raises(QueueFull):  # the batch's two jobs were counted once: 3 live
         await submit_one(store)
+
+
+async def test_report_and_claim_with_a_lost_reply_answers_the_first_run(
+    make_proxied: MakeProxied, proxy: FaultProxy
+) -> None:
+    store = await make_proxied()
+    await submit_one(store)
+    nxt = await submit_one(store)
+    [claimed] = await store.claim("w1", ["llm-small"])
+    fault = proxy.drop_reply(sha("report_and_claim"))
+    report = ResultReport(JobStatus.COMPLETED, b"done")
+    step = await store.report_and_claim(
+        "w1", ["llm-small"], [(claimed.job.id, claimed.lease_id, report)], 1
+    )
+    assert fault.hits == 1
+    # the resend answered what the first run did: applied, and the same lease handed out
+    assert step.results[0].recorded is not None and step.results[0].recorded.applied
+    assert [c.job.id for c in step.claimed] == [nxt.id]
+    again = await store.get(TENANT, nxt.id)
+    assert (again.status, again.attempts) == (JobStatus.PROCESSING, 1)
+    assert again.worker_id == "w1"

@@ -31,8 +31,10 @@ def deadline(seconds_from_now: float) -> timestamp_pb2.Timestamp:
 class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     """Hands out queued jobs with a `lease`-second lease; scripts heartbeat/result answers."""
 
-    def __init__(self, lease: float = 1.0) -> None:
+    def __init__(self, lease: float = 1.0, fast_path: bool = True) -> None:
         self.lease = lease
+        #: Serve ReportAndClaim (else answer it UNIMPLEMENTED, as an older server).
+        self.fast_path = fast_path
         self.queue: deque[worker_service_pb2.ClaimedJob] = deque()
         self.arrived = asyncio.Event()
         self.claims: list[Seen] = []
@@ -57,6 +59,9 @@ class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
 
     async def ClaimNext(self, request: Any, context: Any) -> Any:
         self.claims.append(Seen(time.monotonic(), request))
+        return worker_service_pb2.ClaimNextResponse(jobs=await self._claim(request))
+
+    async def _claim(self, request: Any) -> list[worker_service_pb2.ClaimedJob]:
         if not self.queue:
             self.arrived.clear()
             wait = request.wait.ToTimedelta().total_seconds()
@@ -65,7 +70,27 @@ class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         jobs = [self.queue.popleft() for _ in range(min(len(self.queue), request.max_jobs or 1))]
         for claimed in jobs:
             claimed.lease_expire_time.CopyFrom(deadline(self.lease))
-        return worker_service_pb2.ClaimNextResponse(jobs=jobs)
+        return jobs
+
+    async def ReportAndClaim(self, request: Any, context: Any) -> Any:
+        """Each result as SetResult's script says (a Fail fails the whole call), then a claim."""
+        if not self.fast_path:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        response = worker_service_pb2.ReportAndClaimResponse()
+        for result in request.results:
+            self.results.append(Seen(time.monotonic(), result))
+            step = self.result_script.popleft() if self.result_script else None
+            if isinstance(step, Fail):
+                status = step.status()
+                await context.abort(status.code, status.details, status.trailing_metadata)
+            response.results.add(
+                job_id=result.job_id, outcome=worker_service_pb2.REPORT_OUTCOME_APPLIED
+            )
+            self.acknowledged.set()
+        if request.max_jobs:
+            self.claims.append(Seen(time.monotonic(), request))
+            response.jobs.extend(await self._claim(request))
+        return response
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
         self.heartbeats.append(Seen(time.monotonic(), request))
