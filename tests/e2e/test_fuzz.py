@@ -108,6 +108,17 @@ results = st.builds(
     retryable=st.booleans(),
 )
 
+exchanges = st.builds(
+    worker_service_pb2.ReportAndClaimRequest,
+    worker_id=texts,
+    models=st.lists(short_texts, max_size=40),
+    wait=claim_waits,
+    max_jobs=INT32,
+    results=st.lists(results, max_size=4),
+    heartbeats=st.lists(heartbeats, max_size=4),
+)
+batches = st.builds(job_service_pb2.BatchSubmitRequest, requests=st.lists(submits, max_size=4))
+
 
 def assert_deliberate(call: Callable[[], Any], request: Any) -> None:
     try:
@@ -131,9 +142,10 @@ def test_fuzzed_job_service_requests_never_fail_internally(deployment: Deploymen
         stub = job_service_pb2_grpc.JobServiceStub(channel)
 
         @FUZZ
-        @given(submit=submits, job_id=ids, reason=st.text(max_size=1100))
-        def check(submit: Any, job_id: str, reason: str) -> None:
+        @given(submit=submits, batch=batches, job_id=ids, reason=st.text(max_size=1100))
+        def check(submit: Any, batch: Any, job_id: str, reason: str) -> None:
             assert_deliberate(lambda: stub.Submit(submit, metadata=metadata, timeout=10), submit)
+            assert_deliberate(lambda: stub.BatchSubmit(batch, metadata=metadata, timeout=10), batch)
             get = job_service_pb2.GetRequest(job_id=job_id)
             assert_deliberate(lambda: stub.Get(get, metadata=metadata, timeout=10), get)
             cancel = job_service_pb2.CancelRequest(job_id=job_id, reason=reason)
@@ -151,11 +163,12 @@ def test_fuzzed_worker_service_requests_never_fail_internally(deployment: Deploy
         stub = worker_service_pb2_grpc.WorkerServiceStub(channel)
 
         @FUZZ
-        @given(claim=claims, heartbeat=heartbeats, result=results)
-        def check(claim: Any, heartbeat: Any, result: Any) -> None:
+        @given(claim=claims, heartbeat=heartbeats, result=results, exchange=exchanges)
+        def check(claim: Any, heartbeat: Any, result: Any, exchange: Any) -> None:
             assert_deliberate(lambda: stub.ClaimNext(claim, timeout=10), claim)
             assert_deliberate(lambda: stub.Heartbeat(heartbeat, timeout=10), heartbeat)
             assert_deliberate(lambda: stub.SetResult(result, timeout=10), result)
+            assert_deliberate(lambda: stub.ReportAndClaim(exchange, timeout=10), exchange)
 
         check()
 
@@ -164,7 +177,9 @@ METHODS = [
     ("job", "/jobgate.v1.JobService/Submit"),
     ("job", "/jobgate.v1.JobService/Get"),
     ("job", "/jobgate.v1.JobService/Cancel"),
+    ("job", "/jobgate.v1.JobService/BatchSubmit"),
     ("worker", "/jobgate.v1.WorkerService/ClaimNext"),
+    ("worker", "/jobgate.v1.WorkerService/ReportAndClaim"),
     ("worker", "/jobgate.v1.WorkerService/Heartbeat"),
     ("worker", "/jobgate.v1.WorkerService/SetResult"),
 ]
