@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "--redis-url (or JOBGATE_REDIS_URL) is required: the audit stream lives in Redis",
             EXIT_USAGE,
         )
-    if not args.redis_url.startswith(("redis://", "rediss://", "unix://")):
+    if not args.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
         return _fail(
             f"unsupported --redis-url {args.redis_url!r}: use redis://HOST:PORT/DB", EXIT_USAGE
         )

@@ -40,8 +40,11 @@ __all__ = [
 def open_store(
     url: str | None, settings: StoreSettings | None = None, partition: str = "default"
 ) -> Store:
-    """The store for a URL: None or "memory://" is LocalStore, "redis://..." is RedisStore.
+    """The store for a URL: None or "memory://" is LocalStore, any Redis URL is RedisStore.
 
+    Redis URLs (store/redis_urls.py): redis://, rediss:// (TLS), unix:// and
+    redis+sentinel://HOST:PORT[,HOST:PORT...]/<master>[/db]. A malformed or
+    unsupported URL raises ValueError (BadRedisUrl) naming what is wrong.
     The caller awaits `store.open()` before use.
     """
     settings = settings or StoreSettings()
@@ -49,8 +52,6 @@ def open_store(
         from store.memory import LocalStore
 
         return LocalStore(settings)
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        from store.redis_store import RedisStore
+    from store.redis_store import RedisStore
 
-        return RedisStore(url, settings, partition=partition)
-    raise ValueError(f"unsupported store URL {url!r}: use memory:// or redis://")
+    return RedisStore(url, settings, partition=partition)

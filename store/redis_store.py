@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
@@ -81,6 +81,7 @@ from store.redis_codec import (
 )
 from store.redis_notify import Notifier
 from store.redis_scripts import ArgValue, Scripts
+from store.redis_urls import Connector
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,10 @@ class RedisStore(Store):
         self.settings = settings
         self.on_failure: FailureHook = ignore_failure
         self.url = url
+        # Parses the URL (BadRedisUrl, a ValueError, before any connection)
+        # and builds every pool below for its topology: on Sentinel, each
+        # pool asks the sentinels for the primary, so all follow a failover.
+        self._connector = Connector(url, SOCKET_TIMEOUT, CONNECT_TIMEOUT)
         self.keys = Keys(partition)
         self._scripts = Scripts()
         self._client = self._new_client(SOCKET_TIMEOUT, connections=POOL_CONNECTIONS)
@@ -178,8 +183,7 @@ class RedisStore(Store):
         # operation key makes a second run answer the first run's outcome.
         # Timeouts are never retried; a claim whose outcome is unknown is
         # released (_undo_claim).
-        pool = BlockingConnectionPool.from_url(
-            self.url,
+        pool = self._connector.pool(
             max_connections=connections,
             timeout=SOCKET_TIMEOUT,
             socket_timeout=socket_timeout,
@@ -223,6 +227,8 @@ class RedisStore(Store):
         for client in (self._client, self._control, self._blocking, self._pubsub):
             with contextlib.suppress(RedisError, OSError):
                 await client.aclose()
+        with contextlib.suppress(RedisError, OSError):
+            await self._connector.aclose()
 
     async def ping(self) -> None:
         with self._operation("ping"):

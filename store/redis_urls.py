@@ -1,0 +1,214 @@
+"""Parsing `--redis-url`: which Redis topology a URL names, refused early when malformed.
+
+Forms (DESIGN, "Redis topologies"):
+
+- `redis://[[user]:password@]host[:port][/db]`, `rediss://...` (TLS) and
+  `unix:///path` name one server; redis-py reads them itself.
+- `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/<master>[/db]`
+  names a Sentinel-managed primary: the hosts are sentinels (port 26379
+  when omitted), `<master>` is the name they monitor, and the credentials
+  are the primary's (sentinels are contacted without them).
+- `redis+cluster://` is reserved for Redis Cluster, not supported yet.
+
+`Connector` then builds every connection pool the store uses for that
+topology; on Sentinel each of them asks the sentinels for the primary on
+every new connection, so all of them follow a failover.
+
+Every refusal is a `BadRedisUrl` (a ValueError) whose message names what is
+wrong, so the servers report it against `--redis-url` before connecting.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from redis.asyncio import BlockingConnectionPool, ConnectionPool
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
+
+SINGLE_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_SCHEME = "redis+sentinel"
+CLUSTER_SCHEME = "redis+cluster"
+DEFAULT_SENTINEL_PORT = 26379
+
+# A master name as sentinel.conf accepts it: no spaces, no slash.
+_MASTER_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_MAX_QUOTED = 128
+
+
+class BadRedisUrl(ValueError):
+    """A `--redis-url` that names no usable Redis; the message says why."""
+
+
+@dataclass(frozen=True)
+class SingleServer:
+    """One Redis server; `url` is handed to redis-py as it is."""
+
+    url: str
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """A primary found through sentinels; the clients follow its failovers."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+RedisTarget = SingleServer | SentinelTarget
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """The topology `url` names, or BadRedisUrl."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise BadRedisUrl(f"{_quote(url)} is not a URL: use redis://HOST:PORT/DB")
+    scheme = scheme.lower()
+    if scheme in SINGLE_SCHEMES:
+        return _single(url, scheme)
+    if scheme == SENTINEL_SCHEME:
+        return _sentinel(rest)
+    if scheme == CLUSTER_SCHEME:
+        raise BadRedisUrl("redis+cluster:// (Redis Cluster) is not supported yet")
+    supported = ", ".join(f"{name}://" for name in (*SINGLE_SCHEMES, SENTINEL_SCHEME))
+    raise BadRedisUrl(f"unknown scheme {_quote(scheme)}://: use one of {supported}")
+
+
+def _single(url: str, scheme: str) -> SingleServer:
+    if scheme == "unix":
+        return SingleServer(url)
+    parts = urlsplit(url)
+    # Quote the address, never the whole URL: it may carry a password.
+    address = parts.netloc.rpartition("@")[2]
+    try:
+        parts.port  # noqa: B018 - urllib validates the port when it is read
+    except ValueError:
+        raise BadRedisUrl(f"bad port in {_quote(address)}: expected HOST:PORT") from None
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise BadRedisUrl(f"bad database {_quote(db)}: expected /DB, a number")
+    return SingleServer(url)
+
+
+def _sentinel(rest: str) -> SentinelTarget:
+    location, _, query = rest.partition("?")
+    if query:
+        raise BadRedisUrl(f"redis+sentinel:// takes no query parameters, got {_quote(query)}")
+    netloc, slash, path = location.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        hosts = netloc
+    username, password = _credentials(userinfo) if at else (None, None)
+    if not hosts:
+        raise BadRedisUrl("redis+sentinel:// needs at least one sentinel HOST:PORT")
+    sentinels = tuple(_host_port(item) for item in hosts.split(","))
+    segments = path.split("/") if slash else []
+    if not segments or not segments[0]:
+        raise BadRedisUrl(
+            "redis+sentinel:// needs the master name: redis+sentinel://HOST:PORT/<master>[/db]"
+        )
+    if len(segments) > 2 or (len(segments) == 2 and not segments[1].isdigit()):
+        raise BadRedisUrl(f"bad path {_quote('/' + path)}: expected /<master>[/db]")
+    master = unquote(segments[0])
+    if not _MASTER_NAME.fullmatch(master):
+        raise BadRedisUrl(f"bad master name {_quote(master)}")
+    db = int(segments[1]) if len(segments) == 2 else 0
+    return SentinelTarget(sentinels, master, db, username, password)
+
+
+def _credentials(userinfo: str) -> tuple[str | None, str | None]:
+    user, colon, password = userinfo.partition(":")
+    if not colon:
+        # "secret@host" is redis-py's reading of a lone word as the password.
+        return None, unquote(user) or None
+    return unquote(user) or None, unquote(password) or None
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    """ "host", "host:port" or "[v6]:port" -> (host, port)."""
+    if item.startswith("["):
+        host, bracket, tail = item[1:].partition("]")
+        if not bracket or (tail and not tail.startswith(":")):
+            raise BadRedisUrl(f"bad sentinel address {_quote(item)}: expected [IPV6]:PORT")
+        port_text = tail[1:] if tail else ""
+    else:
+        host, colon, port_text = item.rpartition(":")
+        if not colon:
+            host, port_text = item, ""
+        if ":" in host:
+            raise BadRedisUrl(f"bad sentinel address {_quote(item)}: bracket IPv6 as [ADDR]:PORT")
+    if not host:
+        raise BadRedisUrl(f"bad sentinel address {_quote(item)}: expected HOST:PORT")
+    if not port_text:
+        return host, DEFAULT_SENTINEL_PORT
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise BadRedisUrl(f"bad port in sentinel address {_quote(item)}: expected 1-65535")
+    return host, int(port_text)
+
+
+def _quote(text: str) -> str:
+    """repr() of at most _MAX_QUOTED characters: an error never echoes an unbounded value."""
+    if len(text) > _MAX_QUOTED:
+        return repr(text[:_MAX_QUOTED]) + "..."
+    return repr(text)
+
+
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """A SentinelConnectionPool that waits for a free connection instead of failing.
+
+    SentinelConnectionPool finds the primary and drops connections to a
+    demoted one; BlockingConnectionPool queues a burst of calls (the RPC
+    pool's contract, store/redis_store.py). Sentinel's methods come first
+    in the MRO and call through to the blocking pool's.
+    """
+
+    def __init__(self, master: str, sentinel: Sentinel, **kwargs: Any) -> None:
+        super().__init__(master, sentinel, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class Connector:
+    """Builds the store's connection pools for one parsed URL."""
+
+    def __init__(self, url: str, socket_timeout: float, connect_timeout: float) -> None:
+        self.target = parse_redis_url(url)
+        self._url = url
+        self._sentinel: Sentinel | None = None
+        if isinstance(self.target, SentinelTarget):
+            # Sentinel queries get the same short timeouts and no retries of
+            # their own: a dead sentinel costs one connect attempt, then the
+            # next one is asked (redis-py walks the list).
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(self.target.sentinels),
+                sentinel_kwargs={
+                    "socket_timeout": socket_timeout,
+                    "socket_connect_timeout": connect_timeout,
+                    "retry": Retry(NoBackoff(), 0),
+                },
+            )
+
+    def pool(self, **kwargs: Any) -> ConnectionPool:
+        """A blocking pool to the server or to the current primary."""
+        target = self.target
+        if isinstance(target, SingleServer):
+            return BlockingConnectionPool.from_url(self._url, **kwargs)
+        assert self._sentinel is not None  # built with the target in __init__
+        pool: ConnectionPool = BlockingSentinelPool(
+            target.master,
+            self._sentinel,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            **kwargs,
+        )
+        return pool
+
+    async def aclose(self) -> None:
+        if self._sentinel is not None:
+            await self._sentinel.aclose()
