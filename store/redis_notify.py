@@ -119,6 +119,19 @@ class Notifier:
             self._current = None
         self._wake_all()
 
+    async def resubscribe(self) -> None:
+        """Drop the subscription so the reader makes a new one (the primary moved).
+
+        The reader sees the broken connection like any other, fails the
+        waiters of the moment, subscribes again (on the new primary: the
+        pool asks the sentinels) and wakes every listener once.
+        """
+        pubsub = self._current
+        connection = getattr(pubsub, "connection", None)
+        if connection is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await connection.disconnect()
+
     @contextlib.contextmanager
     def listen(self, topics: Iterable[str]) -> Iterator[Listener]:
         listener = Listener(self, topics)

@@ -100,6 +100,9 @@ POOL_CONNECTIONS = 64
 # connections, so 2,000 streams woken at once queue here (never failing)
 # and leave the rest of the pool to RPCs.
 WAITER_READS = 16
+# On Sentinel, how often the sentinels are asked where the primary is, so
+# connections that stayed up through a failover move over (Connector.follow).
+FOLLOW_PRIMARY_SECONDS = 0.5
 # Leadership, recovery and the health ping run on a pool of their own,
 # which no stream, long poll or burst of RPCs can exhaust.
 CONTROL_CONNECTIONS = 2
@@ -117,7 +120,19 @@ _STREAM_ID = re.compile(r"\d+(-\d+)?")
 # text (READONLY, MASTERDOWN, TRYAGAIN...), so both the classes and the
 # prefixes of the unclassed ones (BUSY, MISCONF) are listed.
 _UNAVAILABLE_ERRORS = (ReadOnlyError, TryAgainError, ClusterDownError)
-_UNAVAILABLE_PREFIXES = ("LOADING", "BUSY", "MISCONF", "READONLY", "MASTERDOWN", "TRYAGAIN")
+# NOREPLICAS: a primary under min-replicas-to-write with too few replicas
+# (one cut off from them, or promoted with none left); UNBLOCKED: a blocked
+# read ended because the server was demoted to replica.
+_UNAVAILABLE_PREFIXES = (
+    "LOADING",
+    "BUSY",
+    "MISCONF",
+    "READONLY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "NOREPLICAS",
+    "UNBLOCKED",
+)
 
 
 @contextlib.contextmanager
@@ -174,6 +189,7 @@ class RedisStore(Store):
         self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
+        self._follower: asyncio.Task[None] | None = None
 
     def _new_client(
         self, socket_timeout: float | None, retries: int = 1, connections: int = 8
@@ -200,6 +216,25 @@ class RedisStore(Store):
                 await self._check_config()
                 await self._scripts.load_all(self._client)
             await self._notifier.start()
+        if self._connector.follows_primary:
+            self._follower = asyncio.create_task(
+                self._follow_primary(), name="jobgate-redis-follow-primary"
+            )
+
+    async def _follow_primary(self) -> None:
+        """Point every pool at the primary the sentinels name now; re-subscribe if it moved."""
+        while not self._closed:
+            await asyncio.sleep(FOLLOW_PRIMARY_SECONDS)
+            try:
+                moved = await self._connector.follow()
+            except (RedisError, OSError) as error:
+                # No primary known (mid-failover) or no sentinel answers: the
+                # calls themselves fail as StoreUnavailable meanwhile.
+                log.debug("cannot ask the sentinels for the primary: %s", error)
+                continue
+            if moved:
+                log.warning("the Redis primary moved; following it")
+                await self._notifier.resubscribe()
 
     async def _check_config(self) -> None:
         try:
@@ -221,6 +256,10 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
         await self._notifier.close()
         if self._background:
             await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
@@ -172,6 +173,25 @@ class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     def __init__(self, master: str, sentinel: Sentinel, **kwargs: Any) -> None:
         super().__init__(master, sentinel, **kwargs)  # type: ignore[no-untyped-call]
 
+    async def follow(self, address: tuple[str, int]) -> bool:
+        """Record the primary's address; on a change drop the idle connections. True if it moved."""
+        previous, self.master_address = self.master_address, address
+        if previous == address:
+            return False
+        await self.disconnect(inuse_connections=False)
+        return previous is not None  # a pool that never connected did not move
+
+    async def release(self, connection: AbstractConnection) -> None:
+        # A connection that was busy when the primary moved is dropped as it
+        # comes back, so no later call runs on a demoted (or, during a manual
+        # failover, a not-yet-demoted) primary. redis-py's sync pool does this
+        # through owns_connection; its asyncio pool does not.
+        address = self.master_address
+        host, port = getattr(connection, "host", None), getattr(connection, "port", None)
+        if address is not None and (host, port) != tuple(address):
+            await connection.disconnect()
+        await super().release(connection)
+
 
 class Connector:
     """Builds the store's connection pools for one parsed URL."""
@@ -180,6 +200,7 @@ class Connector:
         self.target = parse_redis_url(url)
         self._url = url
         self._sentinel: Sentinel | None = None
+        self._sentinel_pools: list[BlockingSentinelPool] = []
         if isinstance(self.target, SentinelTarget):
             # Sentinel queries get the same short timeouts and no retries of
             # their own: a dead sentinel costs one connect attempt, then the
@@ -199,7 +220,7 @@ class Connector:
         if isinstance(target, SingleServer):
             return BlockingConnectionPool.from_url(self._url, **kwargs)
         assert self._sentinel is not None  # built with the target in __init__
-        pool: ConnectionPool = BlockingSentinelPool(
+        pool = BlockingSentinelPool(
             target.master,
             self._sentinel,
             db=target.db,
@@ -207,7 +228,30 @@ class Connector:
             password=target.password,
             **kwargs,
         )
+        self._sentinel_pools.append(pool)
         return pool
+
+    @property
+    def follows_primary(self) -> bool:
+        """True when the primary may move (Sentinel) and `follow()` should run."""
+        return self._sentinel is not None
+
+    async def follow(self) -> bool:
+        """Ask the sentinels where the primary is now and point every pool there.
+
+        Pools only ask when they open a connection; this also catches a
+        primary that moved while their connections stayed up (a manual
+        failover, a healed partition), which otherwise keep writing to the
+        old primary until it is demoted, and those writes are then lost.
+        True if the primary moved. Raises redis errors (no primary known yet).
+        """
+        if self._sentinel is None or not isinstance(self.target, SentinelTarget):
+            return False
+        host, port = await self._sentinel.discover_master(self.target.master)
+        moved = False
+        for pool in self._sentinel_pools:
+            moved = await pool.follow((host, int(port))) or moved
+        return moved
 
     async def aclose(self) -> None:
         if self._sentinel is not None:
