@@ -138,11 +138,19 @@ class SentinelProcess:
 class SentinelDeployment:
     """Primary + replica + three sentinels; `url` is the redis+sentinel:// URL for jobgate."""
 
-    def __init__(self, workdir: Path, primary_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        primary_args: tuple[str, ...] = (),
+        primary_only_args: tuple[str, ...] = (),
+    ) -> None:
+        """`primary_args` go to both servers, `primary_only_args` to the first primary alone
+        (e.g. min-replicas-to-write 1, which would stop a promoted primary with no
+        replica left from taking writes)."""
         self.sentinel_command = require_sentinel()
         self.workdir = workdir
         self.primary_args = (*SYNC_AT_ONCE, *primary_args)
-        self.primary = RedisServer(workdir / "primary", *self.primary_args)
+        self.primary = RedisServer(workdir / "primary", *self.primary_args, *primary_only_args)
         self.replica: RedisServer | None = None
         self.sentinels: list[SentinelProcess] = []
 

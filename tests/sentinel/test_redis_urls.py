@@ -12,6 +12,7 @@ from store.redis_urls import (
     SingleServer,
     parse_redis_url,
 )
+from tests.launcher import run_to_exit
 
 
 @pytest.mark.parametrize(
@@ -94,3 +95,10 @@ def test_refusal_quotes_at_most_128_characters() -> None:
 def test_open_store_refuses_a_bad_url_before_connecting() -> None:
     with pytest.raises(ValueError, match="needs the master name"):
         open_store("redis+sentinel://127.0.0.1:1", StoreSettings())
+
+
+@pytest.mark.parametrize("command", ["gateway", "worker-server"])
+def test_server_refuses_a_bad_sentinel_url_naming_the_flag(command: str) -> None:
+    code, output = run_to_exit(command, {"redis-url": "redis+sentinel://127.0.0.1:1"})
+    assert code != 0
+    assert "--redis-url: redis+sentinel:// needs the master name" in output
