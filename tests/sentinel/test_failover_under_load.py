@@ -111,6 +111,10 @@ async def test_primary_killed_under_load_serving_resumes_and_losses_are_counted(
             f"{len(load.acked)} acknowledged ({acked_at_kill} before the kill), "
             f"{len(lost)} lost: {lost[:5]}"
         )
+        # The one replica is the only candidate: anything else means a
+        # foreign Redis joined the deployment and the figures mean nothing.
+        assert sentinels.replica is not None
+        assert sentinels.current_primary_port() == sentinels.replica.port
         assert load.codes <= {grpc.StatusCode.UNAVAILABLE}, load.codes
         assert downtime < RECOVERY_BOUND
         assert len(claimed) == 1
