@@ -119,18 +119,22 @@ class Notifier:
             self._current = None
         self._wake_all()
 
-    async def resubscribe(self) -> None:
-        """Drop the subscription so the reader makes a new one (the primary moved).
+    async def resubscribe(self, primary: tuple[str, int]) -> None:
+        """Unless subscribed on `primary` already, drop the subscription (the primary moved).
 
         The reader sees the broken connection like any other, fails the
         waiters of the moment, subscribes again (on the new primary: the
-        pool asks the sentinels) and wakes every listener once.
+        pool asks the sentinels) and wakes every listener once. A
+        subscription the reader already re-made on `primary` (after the old
+        one died) is kept: dropping it would fail its waiters for nothing.
         """
-        pubsub = self._current
-        connection = getattr(pubsub, "connection", None)
-        if connection is not None:
-            with contextlib.suppress(RedisError, OSError):
-                await connection.disconnect()
+        connection = getattr(self._current, "connection", None)
+        if connection is None:
+            return
+        if (getattr(connection, "host", None), getattr(connection, "port", None)) == primary:
+            return
+        with contextlib.suppress(RedisError, OSError):
+            await connection.disconnect()
 
     @contextlib.contextmanager
     def listen(self, topics: Iterable[str]) -> Iterator[Listener]:

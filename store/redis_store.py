@@ -232,9 +232,9 @@ class RedisStore(Store):
                 # calls themselves fail as StoreUnavailable meanwhile.
                 log.debug("cannot ask the sentinels for the primary: %s", error)
                 continue
-            if moved:
-                log.warning("the Redis primary moved; following it")
-                await self._notifier.resubscribe()
+            if moved is not None:
+                log.warning("the Redis primary moved to %s:%d; following it", *moved)
+                await self._notifier.resubscribe(moved)
 
     async def _check_config(self) -> None:
         try:

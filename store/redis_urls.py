@@ -236,22 +236,24 @@ class Connector:
         """True when the primary may move (Sentinel) and `follow()` should run."""
         return self._sentinel is not None
 
-    async def follow(self) -> bool:
+    async def follow(self) -> tuple[str, int] | None:
         """Ask the sentinels where the primary is now and point every pool there.
 
         Pools only ask when they open a connection; this also catches a
         primary that moved while their connections stayed up (a manual
         failover, a healed partition), which otherwise keep writing to the
         old primary until it is demoted, and those writes are then lost.
-        True if the primary moved. Raises redis errors (no primary known yet).
+        The new primary's address if it moved, else None. Raises redis
+        errors (no primary known yet, no sentinel answers).
         """
         if self._sentinel is None or not isinstance(self.target, SentinelTarget):
-            return False
+            return None
         host, port = await self._sentinel.discover_master(self.target.master)
+        primary = (str(host), int(port))
         moved = False
         for pool in self._sentinel_pools:
-            moved = await pool.follow((host, int(port))) or moved
-        return moved
+            moved = await pool.follow(primary) or moved
+        return primary if moved else None
 
     async def aclose(self) -> None:
         if self._sentinel is not None:

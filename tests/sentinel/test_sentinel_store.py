@@ -187,3 +187,23 @@ async def test_writes_move_to_the_promoted_primary_before_the_old_one_is_demoted
             return bool(primary.exists(sentinel_store.keys.job(job.id)))
 
     await assert_eventually(lands_on_new_primary, timeout=5.0, interval=0.1)
+
+
+async def test_resubscribe_keeps_a_subscription_already_on_the_primary(
+    shared_sentinels: SentinelDeployment,
+) -> None:
+    # After a kill the subscription re-makes itself on the new primary
+    # before the follower notices the move; dropping it again then would
+    # fail every waiter of the moment for nothing.
+    store = open_store(shared_sentinels.url, StoreSettings(), partition=uuid.uuid4().hex[:10])
+    assert isinstance(store, RedisStore)
+    await store.open()
+    try:
+        notifier = store._notifier
+        connection = notifier._current.connection
+        await notifier.resubscribe(("127.0.0.1", shared_sentinels.primary.port))
+        assert connection.is_connected
+        await notifier.resubscribe(("127.0.0.1", 1))  # "the primary moved elsewhere"
+        assert not connection.is_connected
+    finally:
+        await store.close()
