@@ -55,6 +55,7 @@ class SentinelProcess:
         self.port = free_port()
         self.primary_port = primary_port
         self.run_id = secrets.token_hex(20)
+        self.password: str | None = None  # the Redis servers' (sentinel auth-pass)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, peers: list[SentinelProcess], replica_port: int, timeout: float = 10.0) -> None:
@@ -76,6 +77,11 @@ class SentinelProcess:
                     f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {MASTER_NAME} 1",
                     f"sentinel myid {self.run_id}",
+                    *(
+                        [f"sentinel auth-pass {MASTER_NAME} {self.password}"]
+                        if self.password
+                        else []
+                    ),
                     f"sentinel known-replica {MASTER_NAME} 127.0.0.1 {replica_port}",
                     *(
                         f"sentinel known-sentinel {MASTER_NAME} 127.0.0.1 {peer.port} {peer.run_id}"
@@ -98,6 +104,9 @@ class SentinelProcess:
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"sentinel on port {self.port} did not start:\n{self.log()}")
             time.sleep(0.05)
+
+    def _auth_lines(self) -> list[str]:
+        return [f"sentinel auth-pass {MASTER_NAME} {self.password}"] if self.password else []
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2, decode_responses=True)
@@ -143,12 +152,14 @@ class SentinelDeployment:
         workdir: Path,
         primary_args: tuple[str, ...] = (),
         primary_only_args: tuple[str, ...] = (),
+        password: str | None = None,
     ) -> None:
         """`primary_args` go to both servers, `primary_only_args` to the first primary alone
         (e.g. min-replicas-to-write 1, which would stop a promoted primary with no
         replica left from taking writes)."""
         self.sentinel_command = require_sentinel()
         self.workdir = workdir
+        self.password = password
         self.primary_args = (*SYNC_AT_ONCE, *primary_args)
         self.primary = RedisServer(workdir / "primary", *self.primary_args, *primary_only_args)
         self.replica: RedisServer | None = None
@@ -157,7 +168,8 @@ class SentinelDeployment:
     @property
     def url(self) -> str:
         hosts = ",".join(f"127.0.0.1:{sentinel.port}" for sentinel in self.sentinels)
-        return f"redis+sentinel://{hosts}/{MASTER_NAME}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis+sentinel://{credentials}{hosts}/{MASTER_NAME}/0"
 
     @property
     def servers(self) -> list[RedisServer]:
@@ -176,6 +188,11 @@ class SentinelDeployment:
         )
         self.replica.start()
         self._wait(self._replica_in_sync, "the replica to sync")
+        if self.password is not None:
+            # Set once in sync: RedisServer's start and INFO checks speak no AUTH.
+            self.replica.command("CONFIG", "SET", "masterauth", self.password)
+            for server in self.servers:
+                server.command("CONFIG", "SET", "requirepass", self.password)
         self.sentinels = [
             SentinelProcess(
                 self.sentinel_command, self.workdir / f"sentinel{index}", self.primary.port
@@ -183,6 +200,7 @@ class SentinelDeployment:
             for index in range(3)
         ]
         for sentinel in self.sentinels:
+            sentinel.password = self.password
             sentinel.start(self.sentinels, self.replica.port)
         self._wait(self._sentinels_agree, "the sentinels to find each other and the replica")
         return self

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -207,3 +208,19 @@ async def test_resubscribe_keeps_a_subscription_already_on_the_primary(
         assert not connection.is_connected
     finally:
         await store.close()
+
+
+async def test_store_authenticates_to_the_primary_with_the_url_password(
+    tmp_path: Path,
+) -> None:
+    deployment = SentinelDeployment(tmp_path / "sentinels", password="s3cret").start()
+    try:
+        store = open_store(deployment.url, StoreSettings(), partition=uuid.uuid4().hex[:10])
+        await store.open()
+        try:
+            job = await submit(store)
+            assert (await store.get(TENANT, job.id)).id == job.id
+        finally:
+            await store.close()
+    finally:
+        deployment.stop()
