@@ -23,6 +23,7 @@ from store import (
 from store.keys import Keys
 from store.model import Job, JobSpec, JobStatus, ResultReport, SubmitRequest
 from store.redis_store import RedisStore
+from store.redis_urls import BlockingSentinelPool, Connector
 from tests.helpers import assert_eventually
 from tests.sentinel_servers import SentinelDeployment
 
@@ -224,3 +225,23 @@ async def test_store_authenticates_to_the_primary_with_the_url_password(
             await store.close()
     finally:
         deployment.stop()
+
+
+async def test_a_connection_busy_when_the_primary_moved_is_dropped_on_release(
+    shared_sentinels: SentinelDeployment,
+) -> None:
+    connector = Connector(shared_sentinels.url, socket_timeout=1.0, connect_timeout=0.5)
+    pool = connector.pool(max_connections=2, timeout=1.0)
+    try:
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        assert connection.is_connected
+        moved = await connector.follow()  # same primary: nothing moves
+        assert moved is None
+        assert isinstance(pool, BlockingSentinelPool)
+        await pool.follow(("127.0.0.1", 1))  # the primary "moved" while it was busy
+        assert connection.is_connected  # a busy connection is left to finish its call
+        await pool.release(connection)
+        assert not connection.is_connected
+    finally:
+        await pool.aclose()
+        await connector.aclose()
