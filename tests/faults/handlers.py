@@ -58,6 +58,8 @@ def ledger(ctx: JobContext) -> bytes:
     outcome = "completed"
     try:
         if mode == "poison":
+            # Close the attempt first: the process dies with no finally to run.
+            append({**base, "event": "end", "time": time.time(), "outcome": "poison"})
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "forever":
             while not ctx.cancelled:

@@ -29,6 +29,10 @@ IN_FLIGHT = frozenset({"queued", "processing"})
 LIVE = frozenset({"held", "queued", "processing"})
 #: Lease expiry and run timeout are recovery's doing; any other requeue is a retry.
 EXPIRY_CODES = frozenset({"LEASE_EXPIRED", "RUN_TIMEOUT"})
+#: Faults after which a job waits for recovery (SIGTERM drains, SIGCONT resumes).
+CUTTING_SIGNALS = frozenset({"SIGKILL", "SIGSTOP"})
+#: The outcome a handler records just before it kills its own worker.
+DIED = "poison"
 
 
 @dataclass(frozen=True)
@@ -339,8 +343,24 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[rank]
 
 
+def _cut(attempt: Attempt, stops: Sequence[Stop]) -> float | None:
+    """When a fault cut the attempt short (its worker killed or frozen, or the
+    handler killing its own worker), else None."""
+    end = math.inf if attempt.end is None else attempt.end
+    cuts = [
+        s.time
+        for s in stops
+        if s.worker_id == attempt.worker_id
+        and s.kind in CUTTING_SIGNALS
+        and attempt.start <= s.time <= end
+    ]
+    if attempt.outcome == DIED:
+        cuts.append(end)
+    return min(cuts, default=None)
+
+
 def recovery_times(ledger: Ledger) -> list[float]:
-    """For each attempt cut short by a stop, seconds until the job's next attempt started."""
+    """For each attempt cut short by a fault, seconds until the job's next attempt started."""
     by_job: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in ledger.attempts:
         by_job[attempt.job_id].append(attempt)
@@ -348,10 +368,8 @@ def recovery_times(ledger: Ledger) -> list[float]:
     for runs in by_job.values():
         runs.sort(key=lambda a: a.start)
         for index, run in enumerate(runs):
-            if run.end is not None:
-                continue
-            cut = _attempt_end(run, ledger.stops)
-            later = [r.start for r in runs[index + 1 :] if r.start >= run.start]
-            if later and cut != math.inf:
+            cut = _cut(run, ledger.stops)
+            later = [r.start for r in runs[index + 1 :]]
+            if cut is not None and later:
                 gaps.append(max(0.0, later[0] - cut))
     return gaps

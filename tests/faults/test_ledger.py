@@ -182,3 +182,17 @@ def test_recovery_time_runs_from_the_kill_to_the_next_attempt() -> None:
 def test_percentile_is_nearest_rank() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.99) == 4.0
     assert percentile([], 0.99) == 0.0
+
+
+def test_recovery_of_a_frozen_worker_runs_from_the_sigstop() -> None:
+    ledger = clean()
+    ledger.attempts[0] = dataclasses.replace(ledger.attempts[0], end=5.0, outcome="stopped")
+    ledger.stops = [Stop("w1", 2.5, "SIGSTOP")]
+    assert recovery_times(ledger) == [0.5]
+
+
+def test_a_drained_worker_needs_no_recovery() -> None:
+    ledger = clean()
+    ledger.attempts[0] = dataclasses.replace(ledger.attempts[0], end=2.5, outcome="completed")
+    ledger.stops = [Stop("w1", 2.0, "SIGTERM")]
+    assert recovery_times(ledger) == []
