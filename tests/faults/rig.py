@@ -38,6 +38,7 @@ from tests.e2e.harness import (
 )
 from tests.faults import handlers
 from tests.faults.ledger import (
+    DIED,
     TERMINAL,
     Attempt,
     Call,
@@ -186,6 +187,20 @@ class Rig:
     def kill_worker(self, worker: WorkerProcess) -> None:
         self.signal_worker(worker, signal.SIGKILL)
         worker.process.kill()
+
+    def note_deaths(self) -> None:
+        """Record a Stop for each worker that died on its own (a poison job kills its
+        worker): at its handler's last word, else now."""
+        killed = {s.worker_id for s in self.stops if s.kind == "SIGKILL"}
+        dead = [w for w in self.workers if not w.alive and w.worker_id not in killed]
+        if not dead:
+            return
+        last_words = {
+            a.worker_id: a.end for a in self.read_attempts() if a.outcome == DIED and a.end
+        }
+        for worker in dead:
+            when = last_words.get(worker.worker_id) or time.time()
+            self.stops.append(Stop(worker.worker_id, when, "SIGKILL"))
 
     def alive_workers(self) -> list[WorkerProcess]:
         return [w for w in self.workers if w.alive]

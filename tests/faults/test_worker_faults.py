@@ -27,6 +27,7 @@ def started_on(rig: Rig, worker_id: str) -> int:
 async def supervise(rig: Rig, workers: int, stop: asyncio.Event, concurrency: int = 4) -> None:
     """Keep `workers` daemons alive: replace any that died (a poison job kills its own)."""
     while not stop.is_set():
+        rig.note_deaths()
         for _ in range(workers - len(rig.alive_workers())):
             rig.start_worker(concurrency)
         await asyncio.sleep(0.1)
