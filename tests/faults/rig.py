@@ -259,8 +259,9 @@ class Rig:
         run_timeout: float = 0.0,
         key: str | None = None,
         first: int | None = None,
+        model: str | None = None,
     ) -> str:
-        spec = job_pb2.JobSpec(model=self.model, payload=work, max_attempts=max_attempts)
+        spec = job_pb2.JobSpec(model=model or self.model, payload=work, max_attempts=max_attempts)
         if run_timeout:
             spec.run_timeout.CopyFrom(duration(run_timeout))
         request = job_service_pb2.SubmitRequest(
@@ -369,6 +370,16 @@ class Rig:
                             Refusal(str(entry["job_id"]), worker.worker_id, reason, when)
                         )
         return refusals
+
+    async def cancel(self, tenant: str, job_id: str) -> job_service_pb2.CancelResponse:
+        start = time.time()
+        response: job_service_pb2.CancelResponse = await self.stubs[0].Cancel(
+            job_service_pb2.CancelRequest(job_id=job_id),
+            metadata=(("x-jobgate-tenant", tenant),),
+            timeout=CALL_TIMEOUT,
+        )
+        self._record("Cancel", job_id, start, status=status_name(response.job.status))
+        return response
 
     def redis_client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=10)
@@ -490,14 +501,21 @@ async def steady_load(
     parallel: int = 4,
     pause: float = 0.02,
     first: int | None = None,
+    tolerate: frozenset[grpc.StatusCode] = frozenset(),
     **fields: Any,
 ) -> list[str]:
-    """Keep submitting keyed jobs from `parallel` loops until `stop`; every id accepted."""
+    """Keep submitting keyed jobs from `parallel` loops until `stop`; every id accepted.
+    A refusal with a `tolerate`d code (e.g. RESOURCE_EXHAUSTED) is backed off from."""
     ids: list[str] = []
 
     async def loop() -> None:
         while not stop.is_set():
-            ids.append(await rig.submit_job(tenant, work, first=first, **fields))
+            try:
+                ids.append(await rig.submit_job(tenant, work, first=first, **fields))
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in tolerate:
+                    raise
+                await asyncio.sleep(0.1)
             await asyncio.sleep(pause)
 
     await asyncio.gather(*(loop() for _ in range(parallel)))
