@@ -148,6 +148,9 @@ class Rig:
         self.stops: list[Stop] = []
         self.calls: list[Call] = []
         self.accepted: set[str] = set()
+        #: Evidence of a test that is its own worker (races), merged into the ledger.
+        self.extra_attempts: list[Attempt] = []
+        self.extra_refusals: list[Refusal] = []
         self._channels = [grpc.aio.insecure_channel(t) for t in self.deployment.job_targets]
         self.stubs = [job_service_pb2_grpc.JobServiceStub(c) for c in self._channels]
         self._generation = 0
@@ -433,8 +436,8 @@ class Rig:
         }
         return Ledger(
             accepted=set(self.accepted),
-            attempts=self.read_attempts(),
-            refusals=self.read_refusals(),
+            attempts=self.read_attempts() + self.extra_attempts,
+            refusals=self.read_refusals() + self.extra_refusals,
             stops=list(self.stops),
             calls=list(self.calls),
             finals=finals,
