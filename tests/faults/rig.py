@@ -154,6 +154,9 @@ class Rig:
         self._channels = [grpc.aio.insecure_channel(t) for t in self.deployment.job_targets]
         self.stubs = [job_service_pb2_grpc.JobServiceStub(c) for c in self._channels]
         self._generation = 0
+        # Its own generator: hypothesis (the fuzzer, on another thread) fails a run
+        # when the global one moves under it.
+        self._random = random.Random()
 
     # ------------------------------------------------------------------ workers
 
@@ -231,7 +234,7 @@ class Rig:
     ) -> str:
         """Submit with the request's key, retrying UNAVAILABLE on the next replica."""
         deadline = time.monotonic() + patience
-        index = random.randrange(len(self.stubs)) if first is None else first
+        index = self._random.randrange(len(self.stubs)) if first is None else first
         failures = 0
         while True:
             stub = self.stubs[index % len(self.stubs)]
@@ -246,7 +249,7 @@ class Rig:
                     raise
                 failures += 1
                 index += 1
-                await asyncio.sleep(min(1.0, 0.05 * 2**failures) * random.uniform(0.5, 1))
+                await asyncio.sleep(min(1.0, 0.05 * 2**failures) * self._random.uniform(0.5, 1))
                 continue
             job = response.job
             self._record("Submit", job.id, start, status=status_name(job.status))

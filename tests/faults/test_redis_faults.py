@@ -105,3 +105,22 @@ async def test_redis_at_maxmemory_refuses_submits_while_running_work_finishes(
     assert all(ledger.finals[j].status == "completed" for j in load.ids)
     refused = sum(1 for c in ledger.calls if c.code == "RESOURCE_EXHAUSTED")
     figures(figures_of("Redis at maxmemory (noeviction)", ledger, 1, submits_refused=refused))
+
+
+async def test_client_kill_loops_mid_operation(
+    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None]
+) -> None:
+    rig = make_rig()
+    start_workers(rig)
+    kills = scale(15, 300)
+    async with Load(rig, TENANT, payload(0.05), parallel=6):
+        for _ in range(kills):
+            await asyncio.sleep(0.15)
+            # Every server connection at once, often between a script and its reply.
+            await asyncio.to_thread(rig.redis.command, "CLIENT", "KILL", "TYPE", "normal")
+    ids = [job_id for job_id in rig.accepted]
+    ledger = await rig.collect({TENANT: ids}, timeout=scale(60, 600))
+
+    assert verdict(ledger) == []
+    assert all(ledger.finals[j].status == "completed" for j in ids)
+    figures(figures_of("CLIENT KILL loops mid-operation", ledger, kills))
