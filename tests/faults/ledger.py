@@ -106,6 +106,7 @@ class Event:
     parent_id: str = ""
     tenant: str = ""
     error_code: str = ""
+    worker_id: str = ""
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Ledger:
     events: list[Event] = field(default_factory=list)
     #: tenant -> live count, as the store's admission counters say; "*" is the total.
     counters: dict[str, int] = field(default_factory=dict)
+    #: The harness's own workers: every claim they were granted must reach them.
+    workers: set[str] = field(default_factory=set)
 
     def known_jobs(self) -> set[str]:
         """Accepted jobs and the children of accepted groups."""
@@ -302,6 +305,23 @@ def check_admission_counters(ledger: Ledger) -> list[str]:
     return problems
 
 
+def check_claims_reach_their_worker(ledger: Ledger) -> list[str]:
+    """Every claim granted to one of our workers that was never killed, frozen or
+    drained ran on it: no job is left leased to nobody (a lost reply, a claim
+    whose caller gave up)."""
+    faulted = {s.worker_id for s in ledger.stops}
+    ran = {(a.job_id, a.attempt) for a in ledger.attempts}
+    return [
+        f"{e.job_id}: attempt {e.attempts} was granted to {e.worker_id} but never ran there"
+        for e in ledger.events
+        if e.from_status == "queued"
+        and e.to_status == "processing"
+        and e.worker_id in ledger.workers
+        and e.worker_id not in faulted
+        and (e.job_id, e.attempts) not in ran
+    ]
+
+
 CHECKS: tuple[Check, ...] = (
     check_one_terminal_state,
     check_no_phantom,
@@ -311,14 +331,17 @@ CHECKS: tuple[Check, ...] = (
     check_group_parallelism,
     check_admission_counters,
 )
+#: DESIGN's exactly-once rule, checked where a scenario targets it (lost replies):
+#: a Redis crash may still orphan a claim whose reply died with it.
+EXTRA_CHECKS: tuple[Check, ...] = (check_claims_reach_their_worker,)
 
 
-def check_all(ledger: Ledger, skip: Iterable[Check] = ()) -> list[str]:
-    """Every invariant's violations, prefixed with the check's name."""
+def check_all(ledger: Ledger, skip: Iterable[Check] = (), extra: Iterable[Check] = ()) -> list[str]:
+    """Every invariant's violations (plus `extra` checks'), prefixed with the check's name."""
     skipped = set(skip)
     return [
         f"{check.__name__}: {problem}"
-        for check in CHECKS
+        for check in (*CHECKS, *extra)
         if check not in skipped
         for problem in check(ledger)
     ]

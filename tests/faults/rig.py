@@ -42,6 +42,7 @@ from tests.faults.ledger import (
     TERMINAL,
     Attempt,
     Call,
+    Check,
     Event,
     Final,
     Ledger,
@@ -406,6 +407,7 @@ class Rig:
                     parent_id=fields.get("parent_job_id", ""),
                     tenant=fields.get("tenant", ""),
                     error_code=fields.get("error_code", ""),
+                    worker_id=fields.get("worker_id", ""),
                 )
             )
         return events
@@ -446,6 +448,8 @@ class Rig:
             finals=finals,
             events=self.read_events(),
             counters=self.read_counters(),
+            workers={w.worker_id for w in self.workers}
+            | {a.worker_id for a in self.extra_attempts},
         )
 
     async def close(self) -> None:
@@ -548,10 +552,10 @@ class Load:
         self.ids = await self._task
 
 
-def verdict(ledger: Ledger, *, ran: bool = True) -> list[str]:
+def verdict(ledger: Ledger, *, ran: bool = True, extra: Sequence[Check] = ()) -> list[str]:
     """Every invariant's violations, plus any sign the evidence itself is missing
     (a vacuous pass: wrong partition, empty ledger file)."""
-    problems = check_all(ledger)
+    problems = check_all(ledger, extra=extra)
     if not ledger.events:
         problems.append("evidence: no audit events were read")
     if ran and not ledger.attempts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tests.faults.ledger import (
+    EXTRA_CHECKS,
     Attempt,
     Call,
     Event,
@@ -15,6 +16,7 @@ from tests.faults.ledger import (
     check_admission_counters,
     check_all,
     check_attempts,
+    check_claims_reach_their_worker,
     check_group_parallelism,
     check_leases_exclusive,
     check_no_phantom,
@@ -42,17 +44,18 @@ def clean() -> Ledger:
         finals={"a": Final("a", "t", "completed", attempts=2, max_attempts=3)},
         events=[
             Event("a", "", "queued"),
-            Event("a", "queued", "processing", 1),
+            Event("a", "queued", "processing", 1, worker_id="w1"),
             Event("a", "processing", "queued", 1, error_code="LEASE_EXPIRED"),
-            Event("a", "queued", "processing", 2),
+            Event("a", "queued", "processing", 2, worker_id="w2"),
             Event("a", "processing", "completed", 2),
         ],
         counters={"t": 0, "*": 0},
+        workers={"w1", "w2"},
     )
 
 
 def test_a_clean_ledger_passes_every_check() -> None:
-    assert check_all(clean()) == []
+    assert check_all(clean(), extra=EXTRA_CHECKS) == []
 
 
 def test_a_job_left_live_after_the_drain_is_reported() -> None:
@@ -196,3 +199,17 @@ def test_a_drained_worker_needs_no_recovery() -> None:
     ledger.attempts[0] = dataclasses.replace(ledger.attempts[0], end=2.5, outcome="completed")
     ledger.stops = [Stop("w1", 2.0, "SIGTERM")]
     assert recovery_times(ledger) == []
+
+
+def test_a_claim_that_never_reached_its_live_worker_is_reported() -> None:
+    ledger = clean()
+    del ledger.attempts[1]  # w2 (never faulted) was granted attempt 2 but never ran it
+    assert check_claims_reach_their_worker(ledger) == [
+        "a: attempt 2 was granted to w2 but never ran there"
+    ]
+
+
+def test_a_claim_lost_with_its_killed_worker_is_no_orphan() -> None:
+    ledger = clean()
+    del ledger.attempts[0]  # w1 was SIGKILLed: its claim may die with it
+    assert check_claims_reach_their_worker(ledger) == []
