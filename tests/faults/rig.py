@@ -128,6 +128,7 @@ class Rig:
         settings: Mapping[str, str] = FAULT_SETTINGS,
         gateways: int = 1,
         worker_servers: int = 1,
+        redis_url: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.redis = redis_server
@@ -136,7 +137,7 @@ class Rig:
         self.deployment: Deployment = start_with_retry(
             lambda: redis_deployment(
                 workdir / "servers",
-                redis_server.url,
+                redis_url or redis_server.url,
                 self.partition,
                 self.settings,
                 gateways=gateways,
@@ -563,3 +564,14 @@ def verdict(ledger: Ledger, *, ran: bool = True, extra: Sequence[Check] = ()) ->
     if not ledger.calls:
         problems.append("evidence: no client calls were recorded")
     return problems
+
+
+def assert_clean(ledger: Ledger, *, ran: bool = True, extra: Sequence[Check] = ()) -> None:
+    """Fail with a count per check and the first violations, one a line."""
+    problems = verdict(ledger, ran=ran, extra=extra)
+    if problems:
+        counts: dict[str, int] = {}
+        for problem in problems:
+            name = problem.split(":")[0]
+            counts[name] = counts.get(name, 0) + 1
+        raise AssertionError(f"{counts}\n" + "\n".join(problems[:30]))

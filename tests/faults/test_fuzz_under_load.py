@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from jobgate.v1 import job_service_pb2, job_service_pb2_grpc, worker_service_pb2_grpc
 from tests.e2e import test_fuzz as fuzz
 from tests.faults.conftest import RigFactory, Scale
-from tests.faults.rig import Figures, Load, Rig, figures_of, payload, until, verdict
+from tests.faults.rig import Figures, Load, Rig, assert_clean, figures_of, payload, until
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -94,7 +94,7 @@ async def test_fuzzer_over_every_request_while_jobs_flow(
         await rig.cancel(FUZZER, job_id)
     ledger = await rig.collect({TENANT: load.ids, FUZZER: created})
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     assert all(ledger.finals[j].status == "completed" for j in load.ids)
     figures(
         figures_of(

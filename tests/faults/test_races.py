@@ -18,7 +18,7 @@ from jobgate.v1 import worker_service_pb2
 from tests.e2e.api import Api, Failure, parse_failure, tenant_metadata
 from tests.faults.conftest import RigFactory, Scale
 from tests.faults.ledger import Attempt, Refusal
-from tests.faults.rig import Figures, Rig, figures_of, payload, status_name, verdict
+from tests.faults.rig import Figures, Rig, assert_clean, figures_of, payload, status_name
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -104,7 +104,7 @@ async def test_heartbeat_racing_lease_expiry(
     await rivalry
     await channel.close(None)
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     assert all(f.status == "completed" for f in ledger.finals.values())
     figures(figures_of("heartbeat vs lease expiry", ledger, jobs, **counts))
 
@@ -157,6 +157,6 @@ async def test_cancel_racing_claim_and_set_result(
     ledger = await rig.collect({TENANT: ids})
     await channel.close(None)
 
-    assert verdict(ledger, ran=False) == []
+    assert_clean(ledger, ran=False)
     mix = {k: list(seen.values()).count(k) for k in sorted(set(seen.values()))}
     figures(figures_of("cancel vs claim vs SetResult", ledger, jobs, **mix))

@@ -12,7 +12,7 @@ import pytest
 
 from tests.faults.conftest import RedisFactory, RigFactory, Scale
 from tests.faults.ledger import check_all, check_claims_reach_their_worker
-from tests.faults.rig import Figures, Load, Rig, figures_of, payload, until, verdict
+from tests.faults.rig import Figures, Load, Rig, assert_clean, figures_of, payload, until
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -48,7 +48,7 @@ async def test_redis_kill_9_with_appendfsync_always_loses_no_acknowledged_job(
     ids = await crash_redis_under_load(rig, crashes)
     ledger = await rig.collect({TENANT: ids}, timeout=scale(90, 900))
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     # A claim whose reply died with Redis leaves its job leased to nobody until the
     # lease expires (DESIGN's exactly-once rule; branch exactly-once): counted here.
     orphans = len(check_claims_reach_their_worker(ledger))
@@ -107,7 +107,7 @@ async def test_redis_at_maxmemory_refuses_submits_while_running_work_finishes(
             assert (await rig.cancel("filler", job_id)).cancelled
     ledger = await rig.collect({TENANT: load.ids, "filler": fillers}, timeout=scale(60, 600))
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     assert all(ledger.finals[j].status == "completed" for j in load.ids)
     refused = sum(1 for c in ledger.calls if c.code == "RESOURCE_EXHAUSTED")
     figures(figures_of("Redis at maxmemory (noeviction)", ledger, 1, submits_refused=refused))
@@ -127,6 +127,6 @@ async def test_client_kill_loops_mid_operation(
     ids = [job_id for job_id in rig.accepted]
     ledger = await rig.collect({TENANT: ids}, timeout=scale(60, 600))
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     assert all(ledger.finals[j].status == "completed" for j in ids)
     figures(figures_of("CLIENT KILL loops mid-operation", ledger, kills))

@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.harness import restart_process
 from tests.faults.conftest import RigFactory, Scale
-from tests.faults.rig import Figures, Load, figures_of, payload, until, verdict
+from tests.faults.rig import Figures, Load, assert_clean, figures_of, payload, until
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -39,7 +39,7 @@ async def test_gateway_sigkill_with_submits_in_flight(
     ids = load.ids
     ledger = await rig.collect({TENANT: ids}, timeout=scale(60, 600))
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     assert len(set(ids)) == len(ids)
     retried = sum(1 for c in ledger.calls if c.method == "Submit" and c.code != "OK")
     figures(
@@ -74,7 +74,7 @@ async def test_rolling_sigterm_restart_of_every_server_under_load(
     ids = load.ids
     ledger = await rig.collect({TENANT: ids}, timeout=scale(60, 600))
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     failed = [j for j in ids if ledger.finals[j].status != "completed"]
     assert failed == [], [ledger.finals[j] for j in failed]
     figures(figures_of("rolling SIGTERM restart of every server", ledger, restarts))

@@ -17,7 +17,7 @@ from jobgate.v1 import job_service_pb2
 from tests.e2e.harness import REPO_ROOT, server_environment
 from tests.faults.conftest import RigFactory, Scale
 from tests.faults.ledger import Call
-from tests.faults.rig import Figures, Load, Rig, figures_of, payload, verdict
+from tests.faults.rig import Figures, Load, Rig, assert_clean, figures_of, payload
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -95,7 +95,7 @@ async def test_tenant_probing_another_tenants_ids_on_every_rpc(
     assert set(stolen).isdisjoint(owned)
     assert all(ledger.finals[j].tenant == PROBER for j in stolen)
     assert all(ledger.finals[j].status == "completed" for j in owned)
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     figures(figures_of("tenant B probing tenant A's ids", ledger, len(owned) * 4))
 
 
@@ -164,7 +164,7 @@ async def test_one_tenant_flooding_leaves_another_tenants_latency_within_ten_per
     ledger = await rig.collect({"calm": calm, "flood": flood_ids})
 
     assert counts["refused"] > 10 * counts["accepted"], counts
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     bound = max(baseline * 1.10, baseline + SCHEDULER_NOISE)
     assert flooded <= bound, f"p50 {flooded * 1e3:.2f} ms vs {baseline * 1e3:.2f} ms"
     figures(

@@ -12,7 +12,16 @@ import pytest
 
 from tests.faults.conftest import RigFactory, Scale
 from tests.faults.ledger import Ledger, percentile, recovery_times
-from tests.faults.rig import Figures, Load, Rig, figures_of, payload, submit_many, until, verdict
+from tests.faults.rig import (
+    Figures,
+    Load,
+    Rig,
+    assert_clean,
+    figures_of,
+    payload,
+    submit_many,
+    until,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -53,7 +62,7 @@ async def test_worker_sigkill_mid_job_repeatedly(
     stop.set()
     await keeper
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     recovery = percentile(recovery_times(ledger), 0.99)
     assert recovery <= LEASE + 2.0, f"recovery p99 {recovery:.2f}s > lease + 2 s"
     figures(figures_of("worker SIGKILL mid-job, repeatedly", ledger, done))
@@ -81,7 +90,7 @@ async def test_worker_sigstop_past_the_lease_then_sigcont(
         rig.signal_worker(frozen, signal.SIGTERM)
     ledger = await rig.collect({TENANT: ids})
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     assert all(ledger.finals[j].status == "completed" for j in ids)
     figures(
         figures_of("worker SIGSTOP past the lease, then SIGCONT", ledger, rounds, refused=refused)
@@ -104,7 +113,7 @@ async def test_poison_job_fails_alone_after_max_attempts(
     stop.set()
     await keeper
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     final = ledger.finals[poison]
     assert (final.status, final.attempts, final.error_code) == ("failed", 3, "ATTEMPTS_EXHAUSTED")
     assert all(ledger.finals[j].status == "completed" for j in others)
@@ -120,7 +129,7 @@ async def test_heartbeat_forever_job_is_stopped_by_the_run_timeout(
     others = await submit_many(rig, TENANT, scale(10, 200), payload(0.05))
     ledger = await rig.collect({TENANT: [stuck, *others]}, timeout=scale(60, 600))
 
-    assert verdict(ledger) == []
+    assert_clean(ledger)
     final = ledger.finals[stuck]
     assert final.status == "failed" and final.attempts == 2, final
     assert final.error_code in {"RUN_TIMEOUT", "ATTEMPTS_EXHAUSTED"}, final
