@@ -26,6 +26,7 @@ from tests.faults.ledger import (
     percentile,
     recovery_times,
 )
+from tests.faults.report import table
 
 
 def clean() -> Ledger:
@@ -213,3 +214,23 @@ def test_a_claim_lost_with_its_killed_worker_is_no_orphan() -> None:
     ledger = clean()
     del ledger.attempts[0]  # w1 was SIGKILLed: its claim may die with it
     assert check_claims_reach_their_worker(ledger) == []
+
+
+def test_the_figures_table_has_one_row_per_scenario() -> None:
+    document = {
+        "mode": "short",
+        "scenarios": [
+            {
+                "scenario": "worker SIGKILL",
+                "jobs": 10,
+                "faults": 2,
+                "lost": 0,
+                "doubled": 0,
+                "recovery_p99": 1.234,
+                "notes": {"refused": 2},
+            }
+        ],
+    }
+    assert table(document).splitlines()[-1] == (
+        "| worker SIGKILL | 10 | 2 | 0 | 0 | 1.23 s | refused: 2 |"
+    )
