@@ -389,6 +389,11 @@ class Rig:
         self._record("Cancel", job_id, start, status=status_name(response.job.status))
         return response
 
+    def _attempts_settled(self) -> bool:
+        stopped = {s.worker_id for s in self.stops}
+        alive = {w.worker_id for w in self.alive_workers()} - stopped
+        return all(a.end is not None for a in self.read_attempts() if a.worker_id in alive)
+
     def redis_client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=10)
 
@@ -425,6 +430,9 @@ class Rig:
     async def collect(self, tenants: Mapping[str, Sequence[str]], timeout: float = 60.0) -> Ledger:
         """Drain, then gather every piece of evidence into a Ledger."""
         snapshots = await self.drain(tenants, timeout)
+        # A handler told of a lost lease stops on its next heartbeat, maybe after
+        # its job ended: wait for the open attempts of untouched live workers.
+        await until(self._attempts_settled, 10)
         finals = {
             job_id: Final(
                 job_id=job.id,
