@@ -160,6 +160,11 @@ class Rig:
         # when the global one moves under it.
         self._random = random.Random()
 
+    @property
+    def job_channel(self) -> grpc.aio.Channel:
+        """The channel to gateway-0."""
+        return self._channels[0]
+
     # ------------------------------------------------------------------ workers
 
     def start_worker(self, concurrency: int = 2, target: int | None = None) -> WorkerProcess:

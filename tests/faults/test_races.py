@@ -31,8 +31,7 @@ async def rig(make_rig: RigFactory) -> AsyncIterator[Rig]:
 
 
 def worker_api(rig: Rig, channel: grpc.aio.Channel, worker_id: str) -> Api:
-    job_channel = rig._channels[0]
-    return Api(job_channel, channel, tenant_metadata(TENANT), worker_id=worker_id)
+    return Api(rig.job_channel, channel, tenant_metadata(TENANT), worker_id=worker_id)
 
 
 class Evidence:
