@@ -82,12 +82,16 @@ async def test_worker_sigstop_past_the_lease_then_sigcont(
         frozen_id = frozen.worker_id
         assert await until(lambda: started_on(rig, frozen_id) == 2, 30)  # noqa: B023
         rig.signal_worker(frozen, signal.SIGSTOP)
-        rig.start_worker(concurrency=2)  # or an earlier round's rescuer takes them
+        rig.start_worker(concurrency=2)
         assert await until(lambda: _rescued(rig, batch, frozen_id) == 2, 30)  # noqa: B023
         rig.signal_worker(frozen, signal.SIGCONT)
         assert await until(lambda: _refused(rig, frozen_id) == 2, 30)  # noqa: B023
         refused += 2
-        rig.signal_worker(frozen, signal.SIGTERM)
+        # Next round starts with no idle worker that could take the frozen one's jobs.
+        await rig.drain({TENANT: batch})
+        for worker in rig.alive_workers():
+            rig.signal_worker(worker, signal.SIGTERM)
+            await asyncio.to_thread(worker.process.wait_exit)
     ledger = await rig.collect({TENANT: ids})
 
     assert_clean(ledger)
