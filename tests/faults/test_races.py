@@ -68,7 +68,7 @@ async def test_heartbeat_racing_lease_expiry(
     main, rival = worker_api(rig, channel, "main"), worker_api(rig, channel, "rival")
     rounds = scale(2, 20)
     ids: list[str] = []
-    counts = {"extended": 0, "lost": 0}
+    counts = {"extended": 0, "leases_lost": 0}
 
     async def rival_loop(stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -88,7 +88,7 @@ async def test_heartbeat_racing_lease_expiry(
             assert await outcome(main.complete(job.id, lease)) is None  # the lease is fresh
             evidence.ran(main, job.id, job.attempts, lease, start)
             return
-        counts["lost"] += 1
+        counts["leases_lost"] += 1
         assert refused.reason == "LEASE_LOST", refused
         evidence.refused(main, job.id, "LEASE_LOST")
         late = await outcome(main.complete(job.id, lease))
