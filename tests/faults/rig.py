@@ -30,12 +30,7 @@ import redis
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from store.keys import Keys
 from tests.e2e.api import duration
-from tests.e2e.harness import (
-    Deployment,
-    ServerProcess,
-    redis_deployment,
-    start_with_retry,
-)
+from tests.e2e.harness import Deployment, redis_deployment
 from tests.faults import handlers
 from tests.faults.ledger import (
     DIED,
@@ -53,6 +48,7 @@ from tests.faults.ledger import (
     percentile,
     recovery_times,
 )
+from tests.launcher import JobgateServer
 from tests.redis_server import RedisServer
 
 #: Short timings: a lease of one second, retries almost at once.
@@ -93,12 +89,24 @@ async def until(condition: Any, timeout: float, interval: float = 0.05) -> bool:
         await asyncio.sleep(interval)
 
 
+class DaemonProcess(JobgateServer):
+    """A `jobgate worker` daemon by the shared launcher: its own argv, no server to wait for."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str]) -> None:
+        super().__init__("worker", log_path, env=env, name=name)
+        self._argv = argv
+
+    @property
+    def argv(self) -> list[str]:
+        return self._argv
+
+
 @dataclass
 class WorkerProcess:
     """One `jobgate worker` daemon."""
 
     worker_id: str
-    process: ServerProcess
+    process: DaemonProcess
 
     @property
     def alive(self) -> bool:
@@ -134,16 +142,14 @@ class Rig:
         self.redis = redis_server
         self.partition = f"f{uuid.uuid4().hex[:10]}"
         self.settings = dict(settings)
-        self.deployment: Deployment = start_with_retry(
-            lambda: redis_deployment(
-                workdir / "servers",
-                redis_url or redis_server.url,
-                self.partition,
-                self.settings,
-                gateways=gateways,
-                worker_servers=worker_servers,
-            )
-        )
+        self.deployment: Deployment = redis_deployment(
+            workdir / "servers",
+            redis_url or redis_server.url,
+            self.partition,
+            self.settings,
+            gateways=gateways,
+            worker_servers=worker_servers,
+        ).start()
         self.model = f"m{uuid.uuid4().hex[:8]}"
         self.ledger_path = workdir / "ledger.jsonl"
         self.workers: list[WorkerProcess] = []
@@ -179,11 +185,10 @@ class Rig:
             "--log-format", "json", "--grace-period", "5", "--claim-wait", "1",
             "--progress-interval", "0.2",
         ]  # fmt: skip
-        process = ServerProcess(
+        process = DaemonProcess(
             worker_id,
             argv,
             self.workdir / f"{worker_id}.log",
-            health_target="",
             env={handlers.LEDGER_ENV: str(self.ledger_path)},
         )
         process.start()
