@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from jobgate import _loop
 from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
@@ -446,4 +447,4 @@ def run_worker(config: WorkerConfig, handler: Handler) -> int:
             loop.add_signal_handler(signum, worker.stop)
         return await worker.run()
 
-    return asyncio.run(main())
+    return _loop.run(main())
