@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from serving.lifecycle import unless_set
 from serving.logs import event_fields
 from store.errors import StoreError
 from store.model import JobEvent
@@ -41,23 +42,6 @@ def transition_fields(event: JobEvent) -> dict[str, object]:
     fields["event_time"] = event.time.isoformat()
     fields["event_id"] = event.id
     return fields
-
-
-async def _unless_stopped(stop: asyncio.Event, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
-    """(True, result), or (False, None) when `stop` was set first (the call is cancelled)."""
-    work = asyncio.ensure_future(awaitable)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not work.done():
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
-    if work.cancelled():
-        return False, None
-    return True, work.result()
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
@@ -107,7 +91,7 @@ class AuditLog:
                 self.cursor = await self._store.newest_event_id()
                 log.info("audit log following", extra={"after": self.cursor})
             read = self._store.events(after=self.cursor, count=BATCH, block=self._block)
-            finished, events = await _unless_stopped(stop, read)
+            finished, events = await unless_set(stop, read)
         except StoreError as error:
             if not self._failing:
                 log.warning("audit log paused: %s", error)

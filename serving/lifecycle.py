@@ -64,19 +64,28 @@ class Lifecycle:
         awaitable was cancelled. If the caller is cancelled (the client went
         away) the awaitable is cancelled too, so nothing is left running.
         """
-        work = asyncio.ensure_future(awaitable)
-        drained = asyncio.ensure_future(self._draining.wait())
-        try:
-            await asyncio.wait({work, drained}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            drained.cancel()
-            if not work.done():
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await work
-        if work.cancelled():
-            return False, None
-        return True, work.result()
+        return await unless_set(self._draining, awaitable)
+
+
+async def unless_set(event: asyncio.Event, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+    """(True, result) of `awaitable`, or (False, None) when `event` was set first.
+
+    The loser is cancelled (and awaited), so nothing is left running; a
+    cancelled caller cancels the awaitable too.
+    """
+    work = asyncio.ensure_future(awaitable)
+    stopped = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+    if work.cancelled():
+        return False, None
+    return True, work.result()
 
 
 @dataclass(frozen=True)
