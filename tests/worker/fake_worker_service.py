@@ -46,6 +46,8 @@ class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self.acknowledged = asyncio.Event()
         #: Calls received, by method name (whatever they carried).
         self.calls: Counter[str] = Counter()
+        #: ReportAndClaim calls that carried heartbeats.
+        self.beat_calls: list[Seen] = []
 
     def add_job(self, job_id: str, payload: bytes = b"", attempts: int = 1) -> None:
         job = job_pb2.Job(id=job_id, model="m", status=job_pb2.JOB_STATUS_PROCESSING)
@@ -86,6 +88,8 @@ class FakeWorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         if not self.fast_path:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         response = worker_service_pb2.ReportAndClaimResponse()
+        if request.heartbeats:
+            self.beat_calls.append(Seen(time.monotonic(), request))
         for beat in request.heartbeats:
             self.heartbeats.append(Seen(time.monotonic(), beat))
             step = self.heartbeat_script.popleft() if self.heartbeat_script else None
