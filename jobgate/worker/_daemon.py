@@ -2,7 +2,8 @@
 
 It long-polls ClaimNext for up to `concurrency` jobs at a time, runs the
 handler for each (see jobgate.JobContext and docs/handlers.md),
-heartbeats every job at a third of its lease, and reports each outcome with
+keeps every held job's lease alive with one heartbeat scheduler (all due
+jobs in one ReportAndClaim, a third of the lease apart), and reports each outcome with
 SetResult, retried until acknowledged. A handler can never kill the daemon.
 
 Lifecycle (Faktory's quiet/terminate): SIGTERM or SIGINT stops claiming, lets
@@ -36,7 +37,9 @@ from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
-from jobgate.worker._job import Handler, JobRun, Link, backoff
+from jobgate.worker._heartbeats import Heartbeats
+from jobgate.worker._job import Handler, JobRun
+from jobgate.worker._link import Link, backoff
 from jobgate.worker._reports import Pending, Reports
 from jobgate.worker._threads import HandlerThreads
 
@@ -139,6 +142,12 @@ class Worker:
         #: Results ride with the next ReportAndClaim while the server has it.
         self.fast_path = True
         self._reports = Reports(on_submit=self._result_ready)
+        self._heartbeats = Heartbeats(
+            worker_id=config.worker_id,
+            metadata=config.connection.metadata,
+            link=self._link,
+            progress_interval=config.progress_interval,
+        )
         self._polling = False  # the claim loop sits in a long poll
         self._claiming = True  # the claim loop runs (it takes pending results)
         self._flusher: asyncio.Task[None] | None = None
@@ -173,6 +182,7 @@ class Worker:
             connection.target,
             self.config.concurrency,
         )
+        self._heartbeats.start(stub)
         try:
             await self._claim_loop(stub)
             self._claiming = False
@@ -181,6 +191,7 @@ class Worker:
         finally:
             if self._flusher is not None:
                 self._flusher.cancel()
+            await self._heartbeats.stop()
             await channel.close(grace=None)
         log.info("worker %s stopped", self.config.worker_id)
         return self._exit_code
@@ -290,6 +301,7 @@ class Worker:
             # ClaimNext, tried next, tells which).
             log.info("the worker server has no ReportAndClaim; using ClaimNext and SetResult")
             self.fast_path = False
+            self._heartbeats.fast_path = False
             Reports.decline(results)
             self._reports.decline_all()
             return []
@@ -373,7 +385,7 @@ class Worker:
             metadata=self.config.connection.metadata,
             worker_id=self.config.worker_id,
             link=self._link,
-            progress_interval=self.config.progress_interval,
+            heartbeats=self._heartbeats,
         )
         task = asyncio.create_task(self._guarded(run), name=f"job-{job.id}")
         self.active[job.id] = task

@@ -1,9 +1,7 @@
-"""One claimed job inside the worker daemon: handler, heartbeats, SetResult.
+"""One claimed job inside the worker daemon: handler, result, and its lease.
 
-The heartbeat runs on the daemon's event loop, never on the handler's thread,
-so a CPU-bound handler cannot starve it (BullMQ#3183). It fires at a third of
-the lease, and sooner (at most once per `progress_interval`) when the handler
-reports progress, always sending only the latest progress and stage.
+The job's lease is kept alive by the worker's one heartbeat scheduler
+(jobgate/worker/_heartbeats.py) from claim until its result is acknowledged.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +29,8 @@ from jobgate.errors import (
 from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_ERROR_MESSAGE_BYTES, clip_utf8
 from jobgate.worker._context import JobContext
+from jobgate.worker._heartbeats import Heartbeats
+from jobgate.worker._link import Link, backoff
 from jobgate.worker._reports import Reports
 from jobgate.worker._threads import HandlerThreads
 
@@ -64,30 +63,6 @@ class Outcome:
             error_message=clip_utf8(message, MAX_ERROR_MESSAGE_BYTES),
             retryable=retryable,
         )
-
-
-class Link:
-    """The worker's view of its connection: says once when it is lost and when it is back."""
-
-    def __init__(self) -> None:
-        self.lost_since: float | None = None
-
-    def failed(self, error: JobgateError) -> None:
-        if self.lost_since is None:
-            self.lost_since = time.monotonic()
-            log.warning("worker server unreachable (%s); retrying with back-off", error)
-
-    def ok(self) -> None:
-        if self.lost_since is not None:
-            down = time.monotonic() - self.lost_since
-            self.lost_since = None
-            log.info("worker server reachable again after %.1fs", down)
-
-
-def backoff(retry: int, base: float = 0.2, cap: float = 5.0) -> float:
-    """Jittered exponential back-off: a random time in [d/2, d]."""
-    delay = min(cap, base * 2 ** max(0, retry - 1))
-    return random.uniform(delay / 2, delay)
 
 
 def lease_length(claimed: worker_service_pb2.ClaimedJob) -> float:
@@ -174,7 +149,7 @@ class JobRun:
         metadata: tuple[tuple[str, str], ...],
         worker_id: str,
         link: Link,
-        progress_interval: float = 0.5,
+        heartbeats: Heartbeats,
     ) -> None:
         self.claimed = claimed
         self.job_id = claimed.job.id
@@ -188,11 +163,7 @@ class JobRun:
         self.handler_done = False
         self._metadata = metadata
         self._link = link
-        self._progress_interval = progress_interval
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._lease = lease_length(claimed)
-        self._last_sent = self._loop.time()
+        self._heartbeats = heartbeats
         #: job_id, tenant and model: on every log line about this job.
         self.log_fields = {
             "job_id": claimed.job.id,
@@ -213,14 +184,13 @@ class JobRun:
         )
 
     def _on_report(self) -> None:
-        # Called from the handler's thread (or the loop); wake the heartbeat at most once.
-        if not self._wake.is_set():
-            self._loop.call_soon_threadsafe(self._wake.set)
+        # Called from the handler's thread (or the loop): beat sooner.
+        self._heartbeats.progressed(self.job_id)
 
     async def run(self) -> None:
         """Run the handler while heartbeating; report the outcome unless abandoned."""
         started = time.monotonic()
-        heartbeats = asyncio.create_task(self._heartbeat_loop())
+        self._heartbeats.hold(self, lease_length(self.claimed))
         self._handler_task = asyncio.create_task(self._invoke())
         try:
             outcome = await self._outcome()
@@ -242,8 +212,7 @@ class JobRun:
             await self._report_shutdown()
             raise
         finally:
-            heartbeats.cancel()
-            await asyncio.gather(heartbeats, return_exceptions=True)
+            self._heartbeats.release(self.job_id)
         if self.abandoned is not None:
             log.info(
                 "job stopped without a result", extra={**self.log_fields, "why": self.abandoned}
@@ -283,64 +252,13 @@ class JobRun:
             return Outcome.failed("HANDLER_ERROR", _describe(error))
         return to_outcome(value, ctx)
 
-    def _abandon(self, why: str) -> None:
+    def abandon(self, why: str) -> None:
+        """Stop the job without reporting it: its lease is lost or it was cancelled."""
         if self.abandoned is None:
             self.abandoned = why
             self.ctx._cancel()
             if self._handler_task is not None and is_async_handler(self._handler):
                 self._handler_task.cancel()
-
-    async def _heartbeat_loop(self) -> None:
-        interval = self._lease / 3
-        due = self._loop.time() + interval
-        failures = 0
-        while True:
-            await self._wait_until(due)
-            self._wake.clear()
-            progress, stage = self.ctx.progress
-            sent = self._loop.time()
-            self._last_sent = sent
-            request = worker_service_pb2.HeartbeatRequest(
-                job_id=self.job_id, lease_id=self.lease_id, progress=progress, stage=stage
-            )
-            try:
-                response = await self._stub.Heartbeat(
-                    request, timeout=max(1.0, interval), metadata=self._metadata
-                )
-            except grpc.RpcError as rpc_error:
-                error = error_from_rpc(rpc_error)
-                if isinstance(error, FailedPreconditionError | JobNotFoundError):
-                    self._abandon(f"heartbeat answered {error}")
-                    return
-                failures += 1
-                self._link.failed(error)
-                # Keep trying, sooner than usual, while the lease may still be alive.
-                due = self._loop.time() + min(interval, backoff(failures))
-                continue
-            failures = 0
-            self._link.ok()
-            if response.cancel_requested:
-                log.info("job cancel requested by the gateway", extra=self.log_fields)
-                self._abandon("cancelled by request")
-                return
-            due = sent + interval
-
-    async def _wait_until(self, due: float) -> None:
-        """Sleep until `due`, or until progress was reported and the rate limit allows."""
-        while True:
-            now = self._loop.time()
-            if now >= due:
-                return
-            if self._wake.is_set():
-                early = self._last_sent + self._progress_interval
-                if now >= early:
-                    return
-                await asyncio.sleep(min(due, early) - now)
-                continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), due - now)
-            except TimeoutError:
-                return
 
     def _request(self, outcome: Outcome) -> worker_service_pb2.SetResultRequest:
         return worker_service_pb2.SetResultRequest(
@@ -406,7 +324,7 @@ class JobRun:
         outcome = self.outcome or Outcome.failed(
             "WORKER_SHUTDOWN", "the worker shut down before the job finished", retryable=True
         )
-        self._abandon("worker shut down before the job was reported")
+        self.abandon("worker shut down before the job was reported")
         request = self._request(outcome)
         # Failing that, the lease expires and the job is requeued anyway.
         with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
