@@ -139,6 +139,33 @@ class Ledger:
 Check = Callable[[Ledger], list[str]]
 
 
+def _requeues(events: Sequence[Event]) -> list[Event]:
+    return [e for e in events if e.from_status == "processing" and e.to_status == "queued"]
+
+
+def _is_release(requeue: Event, events: Sequence[Event]) -> bool:
+    """A release (store/lua/release.lua) gives a claim nobody received back: the
+    job goes PROCESSING -> QUEUED with the claim's attempt taken back, so its
+    event carries one attempt less than the claim before it; a retry or an
+    expiry keeps the count."""
+    before = events[: events.index(requeue)]
+    claims = [e for e in before if e.from_status == "queued" and e.to_status == "processing"]
+    return bool(claims) and requeue.attempts == claims[-1].attempts - 1
+
+
+def released_claims(events: Sequence[Event]) -> set[tuple[str, int]]:
+    """(job id, attempt) of the claims given back by a release (nobody received them)."""
+    released: set[tuple[str, int]] = set()
+    by_job: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        by_job[event.job_id].append(event)
+    for job_events in by_job.values():
+        for requeue in _requeues(job_events):
+            if _is_release(requeue, job_events):
+                released.add((requeue.job_id, requeue.attempts + 1))
+    return released
+
+
 def check_one_terminal_state(ledger: Ledger) -> list[str]:
     """Every accepted job (and child) ends in exactly one terminal state."""
     problems = []
@@ -227,7 +254,8 @@ def check_attempts(ledger: Ledger) -> list[str]:
         events = by_job.get(job_id)
         if not events:
             continue
-        requeues = [e for e in events if e.from_status == "processing" and e.to_status == "queued"]
+        # A release takes its attempt back: it is neither a retry nor an expiry.
+        requeues = [e for e in _requeues(events) if not _is_release(e, events)]
         expiries = sum(1 for e in requeues if e.error_code in EXPIRY_CODES)
         retries = len(requeues) - expiries
         last = events[-1]
@@ -311,6 +339,7 @@ def check_claims_reach_their_worker(ledger: Ledger) -> list[str]:
     whose caller gave up)."""
     faulted = {s.worker_id for s in ledger.stops}
     ran = {(a.job_id, a.attempt) for a in ledger.attempts}
+    ran |= released_claims(ledger.events)  # given back at once: not leased to nobody
     return [
         f"{e.job_id}: attempt {e.attempts} was granted to {e.worker_id} but never ran there"
         for e in ledger.events

@@ -216,6 +216,34 @@ def test_a_claim_lost_with_its_killed_worker_is_no_orphan() -> None:
     assert check_claims_reach_their_worker(ledger) == []
 
 
+def released() -> Ledger:
+    """Job b: its first claim (by w3) was given back by a release, then it ran on w2."""
+    ledger = clean()
+    ledger.accepted.add("b")
+    ledger.attempts.append(Attempt("b", 1, "L4", "w2", start=6.0, end=6.5, outcome="completed"))
+    ledger.calls.append(Call("Submit", "b", 5.5, 5.6, status="queued"))
+    ledger.finals["b"] = Final("b", "t", "completed", attempts=1, max_attempts=3)
+    ledger.events += [
+        Event("b", "", "queued"),
+        Event("b", "queued", "processing", 1, worker_id="w3"),
+        Event("b", "processing", "queued", 0),  # release.lua: the attempt taken back
+        Event("b", "queued", "processing", 1, worker_id="w2"),
+        Event("b", "processing", "completed", 1),
+    ]
+    ledger.workers.add("w3")
+    return ledger
+
+
+def test_a_released_claim_is_neither_a_retry_nor_an_orphan() -> None:
+    assert check_all(released(), extra=EXTRA_CHECKS) == []
+
+
+def test_a_requeue_that_keeps_the_attempt_is_still_counted_as_a_retry() -> None:
+    ledger = released()
+    ledger.events[-3] = Event("b", "processing", "queued", 1)  # a retry, not a release
+    assert check_attempts(ledger) == ["b: attempts 1 != 1 + 0 expiries + 1 retries"]
+
+
 def test_the_figures_table_has_one_row_per_scenario() -> None:
     document = {
         "mode": "short",
