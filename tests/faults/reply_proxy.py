@@ -48,6 +48,9 @@ class ReplyDroppingProxy:
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        # Closed here, not by the garbage collector: an unclosed loop (and its
+        # self-pipe sockets) would warn in whichever later test collects it.
+        self._loop.close()
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
