@@ -129,6 +129,16 @@ class Ledger:
         children |= {e.job_id for e in self.events if e.parent_id in self.accepted}
         return self.accepted | children
 
+    def worker_stops(self) -> list[Stop]:
+        """The harness's stops, plus each worker a poison job killed (at that job's end):
+        every other attempt running on that worker died with it."""
+        deaths = [
+            Stop(a.worker_id, a.end, "SIGKILL")
+            for a in self.attempts
+            if a.outcome == DIED and a.end is not None
+        ]
+        return [*self.stops, *deaths]
+
     def events_by_job(self) -> dict[str, list[Event]]:
         grouped: dict[str, list[Event]] = defaultdict(list)
         for event in self.events:
@@ -224,7 +234,7 @@ def check_leases_exclusive(ledger: Ledger) -> list[str]:
                 problems.append(f"{job_id}: attempt {number} held by leases {sorted(ids)}")
         runs.sort(key=lambda a: (a.attempt, a.start))
         for index, older in enumerate(runs):
-            older_end = _attempt_end(older, ledger.stops)
+            older_end = _attempt_end(older, ledger.worker_stops())
             for newer in runs[index + 1 :]:
                 if newer.lease_id == older.lease_id or newer.start >= older_end:
                     continue
@@ -337,7 +347,7 @@ def check_claims_reach_their_worker(ledger: Ledger) -> list[str]:
     """Every claim granted to one of our workers that was never killed, frozen or
     drained ran on it: no job is left leased to nobody (a lost reply, a claim
     whose caller gave up)."""
-    faulted = {s.worker_id for s in ledger.stops}
+    faulted = {s.worker_id for s in ledger.worker_stops()}
     ran = {(a.job_id, a.attempt) for a in ledger.attempts}
     ran |= released_claims(ledger.events)  # given back at once: not leased to nobody
     return [

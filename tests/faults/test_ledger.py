@@ -244,6 +244,24 @@ def test_a_requeue_that_keeps_the_attempt_is_still_counted_as_a_retry() -> None:
     assert check_attempts(ledger) == ["b: attempts 1 != 1 + 0 expiries + 1 retries"]
 
 
+def test_a_job_that_died_with_a_poisoned_worker_may_run_again_at_once() -> None:
+    ledger = clean()
+    ledger.stops = []  # w1 was not killed by the harness: a poison job on it killed it
+    ledger.accepted.add("p")
+    ledger.attempts.append(Attempt("p", 1, "L9", "w1", start=1.5, end=2.0, outcome="poison"))
+    # job a's attempt 1 ran on w1 too and never ended; attempt 2 starts on w2 at 3.0
+    assert check_leases_exclusive(ledger) == []
+
+
+def test_an_attempt_still_running_on_a_live_worker_is_not_excused() -> None:
+    ledger = clean()
+    ledger.stops = []
+    ledger.attempts.append(Attempt("p", 1, "L9", "w3", start=1.5, end=2.0, outcome="poison"))
+    assert check_leases_exclusive(ledger) == [
+        "a: attempt 1 (lease L1) still ran when attempt 2 started, and was never refused LEASE_LOST"
+    ]
+
+
 def test_the_figures_table_has_one_row_per_scenario() -> None:
     document = {
         "mode": "short",
