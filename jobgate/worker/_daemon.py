@@ -132,6 +132,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.config = config
         self.handler = handler
+        #: Job tasks and runs by lease id (one job may be held twice, briefly).
         self.active: dict[str, asyncio.Task[None]] = {}
         self.claimed_total = 0
         self._link = Link()
@@ -386,10 +387,16 @@ class Worker:
             link=self._link,
             heartbeats=self._heartbeats,
         )
+        for older in [r for r in self._runs.values() if r.job_id == job.id]:
+            # The server leased this job again (its run timeout or lease ran
+            # out): the older attempt's lease is gone, so its handler stops now
+            # instead of waiting for a heartbeat that no longer names it.
+            older.abandon("the job was leased again: this attempt's lease is gone")
+        lease_id = claimed.lease_id
         task = asyncio.create_task(self._guarded(run), name=f"job-{job.id}")
-        self.active[job.id] = task
-        self._runs[job.id] = run
-        task.add_done_callback(lambda _: self._finished(job.id))
+        self.active[lease_id] = task
+        self._runs[lease_id] = run
+        task.add_done_callback(lambda _: self._finished(lease_id))
 
     async def _guarded(self, run: JobRun) -> None:
         try:
@@ -399,9 +406,9 @@ class Worker:
         except Exception:  # a bug of ours must not kill the daemon either
             log.exception("job: unexpected worker error", extra=run.log_fields)
 
-    def _finished(self, job_id: str) -> None:
-        self.active.pop(job_id, None)
-        self._runs.pop(job_id, None)
+    def _finished(self, lease_id: str) -> None:
+        self.active.pop(lease_id, None)
+        self._runs.pop(lease_id, None)
         self._wakeup.set()
 
     async def _until_stopping(self, waiting: Coroutine[Any, Any, Any]) -> None:
