@@ -247,9 +247,11 @@ class Worker:
         """Report `results` and claim up to max_jobs; None when a stop cut the poll."""
         if not self.fast_path:
             return await self._claim(stub, max_jobs)
-        # With results in hand, ask without waiting: their answers come back at
-        # once, and an empty claim is followed by a long poll without them.
-        wait = 0.0 if results else self.config.claim_wait
+        # Results ride with the long poll: the server applies them before it
+        # waits, so at a near-empty queue a job costs one call, not two (the
+        # answers come back with the next job; a stop cuts the poll and the
+        # flush sends them again, which is safe: a repeated result is APPLIED).
+        wait = self.config.claim_wait if max_jobs > 0 else 0.0
         call = self._report_and_claim(stub, results, max_jobs, wait)
         self._polling = wait > 0
         if self._polling:
