@@ -13,12 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import json
 import logging
 import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Any
 
@@ -79,7 +89,7 @@ from store.redis_codec import (
     record,
     to_ms,
 )
-from store.redis_notify import Notifier
+from store.redis_notify import Listener, Notifier
 from store.redis_scripts import ArgValue, Scripts
 from store.redis_urls import Connector
 
@@ -190,6 +200,48 @@ class RedisStore(Store):
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
+        # Hooks of the partitioned store (store/redis_partitioned.py), unused
+        # on one partition: where ids come from (one partition's ids), the
+        # jobs other partitions queue ahead of a QUEUED job (Get, Watch), and
+        # the store whose connections this one shares (None: its own).
+        self.new_id: Callable[[], str] = _new_ulid
+        self.position_elsewhere: Callable[[Job, int], Awaitable[int]] | None = None
+        self._shares: RedisStore | None = None
+
+    def sibling(self, partition: str) -> RedisStore:
+        """A store of another partition on this one's connections, scripts and notifier.
+
+        This store opens and closes what they share; the sibling's close()
+        only ends its own work. Call before open() (the notifier subscribes
+        to the sibling's channel too).
+        """
+        twin = copy.copy(self)
+        twin.keys = Keys(partition)
+        twin._background = set()
+        twin._follower = None
+        twin._shares = self
+        self._notifier.add_channel(twin.keys.notify)
+        return twin
+
+    def listen(self, topics: Iterable[str]) -> contextlib.AbstractContextManager[Listener]:
+        """A listener on this store's notifier (every partition sharing it)."""
+        return self._notifier.listen(topics)
+
+    @property
+    def waiter_reads(self) -> asyncio.Semaphore:
+        """The slots re-reads by woken waiters share (see WAITER_READS)."""
+        return self._waiter_reads
+
+    async def read_pipelined(
+        self, operation: str, commands: Sequence[Sequence[ArgValue]]
+    ) -> list[Any]:
+        """Plain commands in one pipeline, not a transaction: keys may lie in several partitions."""
+        with self._operation(operation):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies: list[Any] = await pipe.execute()
+        return replies
 
     def _new_client(
         self, socket_timeout: float | None, retries: int = 1, connections: int = 8
@@ -210,6 +262,8 @@ class RedisStore(Store):
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
+        if self._shares is not None:
+            return  # the store it shares with opens the connections
         with reporting(self.on_failure, "open"):
             with _translated("open"):
                 await self._client.ping()
@@ -256,6 +310,10 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
+        if self._shares is not None:
+            if self._background:
+                await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
+            return  # the connections are the other store's to close
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -396,7 +454,7 @@ class RedisStore(Store):
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
         effective = limits(spec, self.settings)
         return {
-            "id": str(ULID()),
+            "id": self.new_id(),
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
@@ -415,7 +473,7 @@ class RedisStore(Store):
                 for index, child in enumerate(work.children)
             ]
             parent: dict[str, Any] = {
-                "id": str(ULID()),
+                "id": self.new_id(),
                 "model": work.children[0].model if work.children else "",
                 "content_type": "",
                 "labels": "{}",
@@ -451,7 +509,12 @@ class RedisStore(Store):
             "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
         )
         _check_code(reply, job_id)
-        return job_from_snapshot(reply[1])
+        job = job_from_snapshot(reply[1])
+        if self.position_elsewhere is not None and job.queue_position is not None:
+            seq = int(record(reply[1][0])["seq"])
+            ahead = await self.position_elsewhere(job, seq)
+            job = dataclasses.replace(job, queue_position=job.queue_position + ahead)
+        return job
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
         reply = await self._run(
@@ -775,6 +838,10 @@ class RedisStore(Store):
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
+
+
+def _new_ulid() -> str:
+    return str(ULID())
 
 
 def _recheck() -> float:
