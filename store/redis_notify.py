@@ -184,7 +184,9 @@ class Notifier:
                 listener.own_event.set()
 
     async def _subscribe(self) -> Any:
-        pubsub = self._client_factory().pubsub(ignore_subscribe_messages=True)
+        # Subscribe confirmations come through (and _dispatch skips them): ignored
+        # ones read as None, which the keep-alive below takes for silence.
+        pubsub = self._client_factory().pubsub(ignore_subscribe_messages=False)
         self._current = pubsub
         try:
             await pubsub.subscribe(*self._channels)

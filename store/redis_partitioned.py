@@ -28,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import binascii
 import contextlib
+import contextvars
 import dataclasses
 import heapq
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -70,6 +71,11 @@ from store.redis_scripts import ArgValue
 from store.redis_store import RedisStore
 
 T = TypeVar("T")
+
+# Operations already reported to on_failure by the call under way (see _fan_out).
+_REPORTED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "jobgate_partitions_reported", default=None
+)
 
 # A claim whose plan met only jobs other workers took first plans again, at
 # most this many times before it waits for a notification.
@@ -145,12 +151,17 @@ class PartitionedRedisStore(Store):
         if len(tags) < 2:
             raise ValueError("one partition is a plain RedisStore (open_store builds it)")
         self.settings = settings
-        owner = RedisStore(url, settings, tags[0])
+        # the audit cap is the deployment's: each partition keeps its share
+        share = dataclasses.replace(
+            settings, events_max_length=-(-settings.events_max_length // partitions)
+        )
+        owner = RedisStore(url, share, tags[0])
         self.parts = [owner, *(owner.sibling(tag) for tag in tags[1:])]
         self._ids = PartitionIds(partitions)
         for index, part in enumerate(self.parts):
             part.new_id = self._id_source(index)
             part.position_elsewhere = self._position_source(index)
+            part.live_elsewhere = self._live_source(index)
         # unkeyed submits go round the partitions, from a random start so
         # that gateways started together do not fill partition 0 first
         self._turn = itertools.count(random.randrange(partitions))
@@ -166,7 +177,24 @@ class PartitionedRedisStore(Store):
     def on_failure(self, hook: FailureHook) -> None:
         self._on_failure = hook
         for part in self.parts:
-            part.on_failure = hook
+            part.on_failure = self._report
+
+    def _report(self, operation: str) -> None:
+        """A partition's failure, counted once per call however many partitions it spanned."""
+        reported = _REPORTED.get()
+        if reported is not None:
+            if operation in reported:
+                return
+            reported.add(operation)
+        self._on_failure(operation)
+
+    async def _fan_out(self, calls: Iterable[Awaitable[T]]) -> list[T]:
+        """The calls at once, on several partitions; a failure is reported once."""
+        token = _REPORTED.set(set())  # the gathered tasks copy the context, sharing this set
+        try:
+            return list(await asyncio.gather(*calls))
+        finally:
+            _REPORTED.reset(token)
 
     @property
     def owner(self) -> RedisStore:
@@ -178,6 +206,9 @@ class PartitionedRedisStore(Store):
 
     def _position_source(self, index: int) -> Callable[[Job, int], Awaitable[int]]:
         return lambda job, seq: self._queued_elsewhere(index, job, seq)
+
+    def _live_source(self, index: int) -> Callable[[Sequence[str]], Awaitable[tuple[int, int]]]:
+        return lambda tenants: self._live_elsewhere(index, tenants)
 
     def part_of(self, job_id: str) -> RedisStore:
         """The partition holding `job_id`."""
@@ -220,6 +251,27 @@ class PartitionedRedisStore(Store):
                     "requests", "keyed items of one batch must share a tenant"
                 ).for_item(index)
         return await self._tenant_part(tenant).submit_batch(requests)
+
+    async def _live_elsewhere(self, index: int, tenants: Sequence[str]) -> tuple[int, int]:
+        """(most live jobs of one of `tenants`, all live jobs) in the partitions but `index`.
+
+        One pipelined read before the submit script, which checks its own
+        partition atomically: concurrent submits to several partitions may
+        pass a cap together (see docs/redis-layout.md, "Partitions").
+        """
+        others = [part for other, part in enumerate(self.parts) if other != index]
+        commands: list[list[ArgValue]] = []
+        for part in others:
+            commands.append(["GET", part.keys.live_total])
+            commands += [["HGET", part.keys.live, tenant] for tenant in tenants]
+        replies = iter(await self.owner.read_pipelined("submit", commands))
+        total = 0
+        per_tenant = dict.fromkeys(tenants, 0)
+        for _ in others:
+            total += int(next(replies) or 0)
+            for tenant in tenants:
+                per_tenant[tenant] += int(next(replies) or 0)
+        return max(per_tenant.values(), default=0), total
 
     # Reads ---------------------------------------------------------------------
     async def get(self, tenant: str, job_id: str) -> Job:
@@ -337,7 +389,11 @@ class PartitionedRedisStore(Store):
     ) -> list[T]:
         """Run calls on several partitions at once; if one fails or the caller is
         gone, give back the leases the others made (nobody will receive them)."""
-        gathered = asyncio.ensure_future(asyncio.gather(*calls, return_exceptions=True))
+        token = _REPORTED.set(set())  # one failure report per call (see _fan_out)
+        try:
+            gathered = asyncio.ensure_future(asyncio.gather(*calls, return_exceptions=True))
+        finally:
+            _REPORTED.reset(token)
         try:
             # shielded: a caller cancelled now must not drop leases already made
             outcomes: list[T | BaseException] = await asyncio.shield(gathered)
@@ -374,8 +430,8 @@ class PartitionedRedisStore(Store):
         by_part: dict[int, list[ClaimedJob]] = {}
         for lease in leases:
             by_part.setdefault(partition_of(lease.job.id, len(self.parts)), []).append(lease)
-        counts = await asyncio.gather(
-            *(self.parts[index].release(items) for index, items in by_part.items())
+        counts = await self._fan_out(
+            self.parts[index].release(items) for index, items in by_part.items()
         )
         return sum(counts)
 
@@ -408,6 +464,12 @@ class PartitionedRedisStore(Store):
         for position, (job_id, _, _) in enumerate(results):
             by_part.setdefault(partition_of(job_id, len(self.parts)), []).append(position)
         plan = dict(await self._plan(models, max_jobs)) if max_jobs else {}
+        spare = max_jobs - sum(plan.values())
+        if spare and by_part:
+            # a result may queue a job where it ran (a group's next child):
+            # as in one script, what the plan left over is claimed there too
+            first = next(iter(by_part))
+            plan[first] = plan.get(first, 0) + spare
         order = [*by_part, *(index for index in plan if index not in by_part)]
         calls = [
             self.parts[index].report_and_claim(
@@ -485,18 +547,10 @@ class PartitionedRedisStore(Store):
                     await listener.wait(remaining)
 
     async def _read_events(self, cursor: list[str], count: int) -> list[JobEvent]:
-        pages = await asyncio.gather(
-            *(
-                part.events(after=at, count=count)
-                for part, at in zip(self.parts, cursor, strict=True)
-            )
+        pages = await self._fan_out(
+            part.events(after=at, count=count) for part, at in zip(self.parts, cursor, strict=True)
         )
-        merged = heapq.merge(
-            *(
-                ((_stream_order(event.id), index, event) for event in page)
-                for index, page in enumerate(pages)
-            )
-        )
+        merged = heapq.merge(*(_in_stream_order(index, page) for index, page in enumerate(pages)))
         positions = list(cursor)
         events: list[JobEvent] = []
         for _, index, event in itertools.islice(merged, count):
@@ -505,7 +559,7 @@ class PartitionedRedisStore(Store):
         return events
 
     async def newest_event_id(self) -> str:
-        newest = await asyncio.gather(*(part.newest_event_id() for part in self.parts))
+        newest = await self._fan_out(part.newest_event_id() for part in self.parts)
         if all(position == "0" for position in newest):
             return "0"
         return CURSOR_SEPARATOR.join(newest)
@@ -513,17 +567,24 @@ class PartitionedRedisStore(Store):
     # Gauges ----------------------------------------------------------------------
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
         totals: dict[tuple[str, Priority], int] = {}
-        for depths in await asyncio.gather(*(part.queue_depths() for part in self.parts)):
+        for depths in await self._fan_out(part.queue_depths() for part in self.parts):
             for pair, size in depths.items():
                 totals[pair] = totals.get(pair, 0) + size
         return totals
 
     async def in_flight(self) -> dict[str, int]:
         totals: dict[str, int] = {}
-        for counts in await asyncio.gather(*(part.in_flight() for part in self.parts)):
+        for counts in await self._fan_out(part.in_flight() for part in self.parts):
             for model, count in counts.items():
                 totals[model] = totals.get(model, 0) + count
         return totals
+
+
+def _in_stream_order(
+    index: int, page: list[JobEvent]
+) -> Iterator[tuple[tuple[int, int], int, JobEvent]]:
+    for event in page:
+        yield _stream_order(event.id), index, event
 
 
 def _stream_order(stream_id: str) -> tuple[int, int]:

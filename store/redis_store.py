@@ -206,6 +206,9 @@ class RedisStore(Store):
         # the store whose connections this one shares (None: its own).
         self.new_id: Callable[[], str] = _new_ulid
         self.position_elsewhere: Callable[[Job, int], Awaitable[int]] | None = None
+        # (the tenants' most live jobs, all live jobs) in the other partitions:
+        # this partition's caps are what the deployment's leave
+        self.live_elsewhere: Callable[[Sequence[str]], Awaitable[tuple[int, int]]] | None = None
         self._shares: RedisStore | None = None
 
     def sibling(self, partition: str) -> RedisStore:
@@ -392,17 +395,26 @@ class RedisStore(Store):
         )
 
     # Submit --------------------------------------------------------------------
+    async def _live_caps(self, tenants: Sequence[str]) -> tuple[int, int]:
+        """(max_live_per_tenant, max_live_total) as this partition applies them."""
+        per_tenant, total = self.settings.max_live_per_tenant, self.settings.max_live_total
+        if self.live_elsewhere is None:
+            return per_tenant, total
+        tenant_elsewhere, total_elsewhere = await self.live_elsewhere(tenants)
+        return max(per_tenant - tenant_elsewhere, 0), max(total - total_elsewhere, 0)
+
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         spec, payloads = self._spec(request)
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
         keys.append(self._op_key())
+        per_tenant, total = await self._live_caps([request.tenant])
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
-            self.settings.max_live_per_tenant,
-            self.settings.max_live_total,
+            per_tenant,
+            total,
             self.settings.max_group_children,
             json.dumps(spec),
             *payloads,
@@ -434,9 +446,10 @@ class RedisStore(Store):
             payloads.extend(item_payloads)
         keys.append(self._op_key())
         s = self.settings
+        per_tenant, total = await self._live_caps(sorted({r.tenant for r in requests}))
         args: list[ArgValue] = [
-            s.max_live_per_tenant,
-            s.max_live_total,
+            per_tenant,
+            total,
             s.max_group_children,
             len(items),
             *items,
