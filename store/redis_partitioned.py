@@ -168,6 +168,7 @@ class PartitionedRedisStore(Store):
         self._on_failure: FailureHook = ignore_failure
         self._closed = False
         self._pending: set[asyncio.Future[None]] = set()  # releases of abandoned claims
+        self._event_waits = 0
 
     @property
     def on_failure(self) -> FailureHook:
@@ -543,8 +544,16 @@ class PartitionedRedisStore(Store):
                 remaining = deadline - loop.time()
                 if page or remaining <= 0 or self._closed:
                     return page
-                with reporting(self.on_failure, "events"):
-                    await listener.wait(remaining)
+                self._event_waits += 1
+                try:
+                    with reporting(self.on_failure, "events"):
+                        await listener.wait(remaining)
+                finally:
+                    self._event_waits -= 1
+
+    def waiting_event_reads(self) -> int:
+        """Blocking events reads waiting for a notification (tests, debugging)."""
+        return self._event_waits
 
     async def _read_events(self, cursor: list[str], count: int) -> list[JobEvent]:
         pages = await self._fan_out(
