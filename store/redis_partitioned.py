@@ -221,7 +221,9 @@ class PartitionedRedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
-        # the siblings' abandoned-claim releases still need the connections
+        # releases of abandoned claims still need the connections
+        if self._pending:
+            await asyncio.wait(set(self._pending), timeout=redis_store.RELEASE_GRACE)
         await asyncio.gather(*(part.close() for part in self.parts[1:]))
         await self.owner.close()
 
@@ -399,7 +401,7 @@ class PartitionedRedisStore(Store):
             # shielded: a caller cancelled now must not drop leases already made
             outcomes: list[T | BaseException] = await asyncio.shield(gathered)
         except asyncio.CancelledError:
-            gathered.add_done_callback(lambda done: self._release_later(done.result(), leases_of))
+            gathered.add_done_callback(lambda done: self._release_later(done, leases_of))
             raise
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
@@ -408,9 +410,11 @@ class PartitionedRedisStore(Store):
         return [o for o in outcomes if not isinstance(o, BaseException)]
 
     def _release_later(
-        self, outcomes: list[Any], leases_of: Callable[[Any], Iterable[ClaimedJob]]
+        self, done: asyncio.Future[list[Any]], leases_of: Callable[[Any], Iterable[ClaimedJob]]
     ) -> None:
-        task = asyncio.ensure_future(self._release_quietly(outcomes, leases_of))
+        if done.cancelled():  # the loop is shutting down: the leases expire
+            return
+        task = asyncio.ensure_future(self._release_quietly(done.result(), leases_of))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -547,7 +551,8 @@ class PartitionedRedisStore(Store):
                 self._event_waits += 1
                 try:
                     with reporting(self.on_failure, "events"):
-                        await listener.wait(remaining)
+                        # the re-check also bounds an event whose script published nothing
+                        await listener.wait(min(remaining, _recheck()))
                 finally:
                     self._event_waits -= 1
 

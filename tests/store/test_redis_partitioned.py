@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from store import InvalidRequest, QuotaExceeded, StoreSettings, open_store
+from store import InvalidRequest, QuotaExceeded, StoreSettings, StoreUnavailable, open_store
 from store.keys import MAX_PARTITIONS, partition_tags
 from store.model import GroupSpec, JobSpec, JobStatus, Priority, ResultReport, SubmitRequest
 from store.redis_partitioned import PartitionedRedisStore, PartitionIds, partition_of
@@ -328,3 +328,58 @@ async def test_a_cursor_of_another_partition_count_is_refused(make: Factory) -> 
     store = await make()
     with pytest.raises(InvalidRequest, match="cursor of 3 partitions"):
         await store.events(after="0,0")
+
+
+# -- a claim over several partitions is given back whole -----------------------------
+
+
+async def _one_job_per_partition(store: PartitionedRedisStore) -> list[str]:
+    return [(await part.submit(single())).job.id for part in store.parts]
+
+
+async def _all_queued_again(store: PartitionedRedisStore, ids: list[str]) -> bool:
+    jobs = [await store.get(TENANT, job_id) for job_id in ids]
+    return all(job.status is JobStatus.QUEUED and job.attempts == 0 for job in jobs)
+
+
+async def test_a_partition_failing_a_claim_gives_back_the_others_leases(
+    make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make()
+    ids = await _one_job_per_partition(store)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("partition 1 is down")
+
+    monkeypatch.setattr(store.parts[1], "claim", broken)
+    with pytest.raises(StoreUnavailable):
+        await store.claim("w1", [MODEL], max_jobs=3)
+    assert await _all_queued_again(store, ids)
+
+
+async def test_a_claim_whose_caller_is_gone_gives_back_every_partitions_leases(
+    make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make()
+    ids = await _one_job_per_partition(store)
+    reached, gate = asyncio.Event(), asyncio.Event()
+    real_claim = store.parts[1].claim
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        leases = await real_claim(*args, **kwargs)  # leased, not yet answered
+        reached.set()
+        await gate.wait()
+        return leases
+
+    monkeypatch.setattr(store.parts[1], "claim", slow)
+    claiming = asyncio.create_task(store.claim("w1", [MODEL], max_jobs=3))
+    await asyncio.wait_for(reached.wait(), 10)
+    claiming.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claiming
+    gate.set()
+
+    async def given_back() -> bool:
+        return await _all_queued_again(store, ids)
+
+    await assert_eventually(given_back, message="the leases were not given back")
