@@ -54,6 +54,7 @@ from store.model import (
     HeartbeatResult,
     Job,
     JobEvent,
+    JobSpec,
     JobStatus,
     Priority,
     ReportAnswer,
@@ -68,7 +69,7 @@ from store.policy import claim_limit, claim_models
 from store.protocol import Store
 from store.redis_notify import ANY_MESSAGE
 from store.redis_scripts import ArgValue
-from store.redis_store import RedisStore
+from store.redis_store import Elsewhere, RedisStore
 
 T = TypeVar("T")
 
@@ -137,6 +138,11 @@ def _recheck() -> float:
 _RANK = {priority: rank for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER)}
 
 
+def _up_to(priority: Priority) -> tuple[Priority, ...]:
+    """The priorities claimed before `priority`, then itself."""
+    return PRIORITIES_IN_CLAIM_ORDER[: _RANK[priority] + 1]
+
+
 def _claim_order(claimed: ClaimedJob) -> tuple[int, str]:
     return _RANK[claimed.job.priority], claimed.job.id
 
@@ -161,7 +167,7 @@ class PartitionedRedisStore(Store):
         for index, part in enumerate(self.parts):
             part.new_id = self._id_source(index)
             part.position_elsewhere = self._position_source(index)
-            part.live_elsewhere = self._live_source(index)
+            part.before_submit = self._submit_source(index)
         # unkeyed submits go round the partitions, from a random start so
         # that gateways started together do not fill partition 0 first
         self._turn = itertools.count(random.randrange(partitions))
@@ -205,11 +211,13 @@ class PartitionedRedisStore(Store):
     def _id_source(self, index: int) -> Callable[[], str]:
         return lambda: self._ids.new(index)
 
-    def _position_source(self, index: int) -> Callable[[Job, int], Awaitable[int]]:
-        return lambda job, seq: self._queued_elsewhere(index, job, seq)
+    def _position_source(self, index: int) -> Callable[[Job], Awaitable[int]]:
+        return lambda job: self._position_elsewhere(index, job)
 
-    def _live_source(self, index: int) -> Callable[[Sequence[str]], Awaitable[tuple[int, int]]]:
-        return lambda tenants: self._live_elsewhere(index, tenants)
+    def _submit_source(
+        self, index: int
+    ) -> Callable[[Sequence[SubmitRequest]], Awaitable[Elsewhere]]:
+        return lambda requests: self._before_submit(index, requests)
 
     def part_of(self, job_id: str) -> RedisStore:
         """The partition holding `job_id`."""
@@ -255,26 +263,37 @@ class PartitionedRedisStore(Store):
                 ).for_item(index)
         return await self._tenant_part(tenant).submit_batch(requests)
 
-    async def _live_elsewhere(self, index: int, tenants: Sequence[str]) -> tuple[int, int]:
-        """(most live jobs of one of `tenants`, all live jobs) in the partitions but `index`.
+    async def _before_submit(self, index: int, requests: Sequence[SubmitRequest]) -> Elsewhere:
+        """What the partitions but `index` hold, for a submit there: live counts and queues.
 
         One pipelined read before the submit script, which checks its own
         partition atomically: concurrent submits to several partitions may
-        pass a cap together (see docs/redis-layout.md, "Partitions").
+        pass a cap together (see docs/redis-layout.md, "Partitions"). The
+        queues give a new job's position: it is the newest, so every ready
+        job of its class and above elsewhere is ahead of it.
         """
+        tenants = sorted({request.tenant for request in requests})
+        classes = sorted(
+            {(r.work.model, r.priority) for r in requests if isinstance(r.work, JobSpec)}
+        )
         others = [part for other, part in enumerate(self.parts) if other != index]
         commands: list[list[ArgValue]] = []
         for part in others:
             commands.append(["GET", part.keys.live_total])
             commands += [["HGET", part.keys.live, tenant] for tenant in tenants]
+            for model, priority in classes:
+                commands += [["ZCARD", part.keys.queue(model, p)] for p in _up_to(priority)]
         replies = iter(await self.owner.read_pipelined("submit", commands))
         total = 0
-        per_tenant = dict.fromkeys(tenants, 0)
+        live = dict.fromkeys(tenants, 0)
+        ahead = dict.fromkeys(classes, 0)
         for _ in others:
             total += int(next(replies) or 0)
             for tenant in tenants:
-                per_tenant[tenant] += int(next(replies) or 0)
-        return max(per_tenant.values(), default=0), total
+                live[tenant] += int(next(replies) or 0)
+            for job_class in classes:
+                ahead[job_class] += sum(int(next(replies)) for _ in _up_to(job_class[1]))
+        return Elsewhere(max(live.values(), default=0), total, ahead)
 
     # Reads ---------------------------------------------------------------------
     async def get(self, tenant: str, job_id: str) -> Job:
@@ -286,31 +305,25 @@ class PartitionedRedisStore(Store):
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
         return await self.part_of(job_id).list_children(tenant, job_id)
 
-    async def _queued_elsewhere(self, index: int, job: Job, seq: int) -> int:
+    async def _position_elsewhere(self, index: int, job: Job) -> int:
         """Jobs the other partitions queue ahead of `job` (its partition counted it already).
 
-        Ahead in another partition: every ready job of a higher priority, and
-        of its own priority those with a lower sequence number (an equal one:
-        a smaller id). Sequences are per partition, so this is exact while
-        the partitions' counters run in step (see docs/redis-layout.md).
+        Ahead, in claim order: every ready job of a higher priority, and of its
+        own priority those with a smaller id (an older submit). One
+        position_elsewhere.lua per other partition, in one pipeline;
+        O(partitions x log^2 N).
         """
-        higher = PRIORITIES_IN_CLAIM_ORDER[: _RANK[job.priority]]
-        commands: list[list[ArgValue]] = []
-        for other, part in enumerate(self.parts):
-            if other == index:
-                continue
-            own = part.keys.queue(job.model, job.priority)
-            commands.append(["ZCOUNT", own, "-inf", f"({seq}"])
-            commands.append(["ZRANGEBYSCORE", own, seq, seq])
-            commands += [["ZCARD", part.keys.queue(job.model, p)] for p in higher]
-        replies = await self.owner.read_pipelined("get", commands)
-        ahead = 0
-        for reply in replies:
-            if isinstance(reply, list):
-                ahead += sum(1 for member in reply if member.decode() < job.id)
-            else:
-                ahead += int(reply)
-        return ahead
+        calls = [
+            (
+                [part.keys.queue(job.model, job.priority)]
+                + [part.keys.queue(job.model, p) for p in _up_to(job.priority)[:-1]],
+                [job.id],
+            )
+            for other, part in enumerate(self.parts)
+            if other != index
+        ]
+        replies = await self.owner.run_pipelined("get", "position_elsewhere", calls)
+        return sum(int(reply) for reply in replies)
 
     # Claim ---------------------------------------------------------------------
     async def claim(

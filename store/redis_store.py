@@ -27,6 +27,7 @@ from collections.abc import (
     Coroutine,
     Iterable,
     Iterator,
+    Mapping,
     Sequence,
 )
 from datetime import timedelta
@@ -174,6 +175,16 @@ def _check_code(reply: Any, job_id: str = "", max_group_children: int = 0) -> No
         raise error_for(reply[0], job_id, max_group_children)
 
 
+@dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """What the other partitions hold, read just before a submit script (redis_partitioned.py)."""
+
+    tenant_live: int = 0  # the most live jobs of one of the submitting tenants
+    total_live: int = 0
+    # (model, priority) -> ready jobs a new job of that class queues behind
+    ahead: Mapping[tuple[str, Priority], int] = dataclasses.field(default_factory=dict)
+
+
 class RedisStore(Store):
     """The Store protocol on Redis (see store/protocol.py for the semantics)."""
 
@@ -205,10 +216,8 @@ class RedisStore(Store):
         # jobs other partitions queue ahead of a QUEUED job (Get, Watch), and
         # the store whose connections this one shares (None: its own).
         self.new_id: Callable[[], str] = _new_ulid
-        self.position_elsewhere: Callable[[Job, int], Awaitable[int]] | None = None
-        # (the tenants' most live jobs, all live jobs) in the other partitions:
-        # this partition's caps are what the deployment's leave
-        self.live_elsewhere: Callable[[Sequence[str]], Awaitable[tuple[int, int]]] | None = None
+        self.position_elsewhere: Callable[[Job], Awaitable[int]] | None = None
+        self.before_submit: Callable[[Sequence[SubmitRequest]], Awaitable[Elsewhere]] | None = None
         self._shares: RedisStore | None = None
 
     def sibling(self, partition: str) -> RedisStore:
@@ -234,6 +243,13 @@ class RedisStore(Store):
     def waiter_reads(self) -> asyncio.Semaphore:
         """The slots re-reads by woken waiters share (see WAITER_READS)."""
         return self._waiter_reads
+
+    async def run_pipelined(
+        self, operation: str, script: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    ) -> list[Any]:
+        """A read-only script once per (keys, args), in one pipeline; keys may span partitions."""
+        with self._operation(operation):
+            return await self._scripts.run_pipelined(self._client, script, calls)
 
     async def read_pipelined(
         self, operation: str, commands: Sequence[Sequence[ArgValue]]
@@ -395,13 +411,26 @@ class RedisStore(Store):
         )
 
     # Submit --------------------------------------------------------------------
-    async def _live_caps(self, tenants: Sequence[str]) -> tuple[int, int]:
+    async def _elsewhere(self, requests: Sequence[SubmitRequest]) -> Elsewhere:
+        return Elsewhere() if self.before_submit is None else await self.before_submit(requests)
+
+    def _caps(self, elsewhere: Elsewhere) -> tuple[int, int]:
         """(max_live_per_tenant, max_live_total) as this partition applies them."""
-        per_tenant, total = self.settings.max_live_per_tenant, self.settings.max_live_total
-        if self.live_elsewhere is None:
-            return per_tenant, total
-        tenant_elsewhere, total_elsewhere = await self.live_elsewhere(tenants)
-        return max(per_tenant - tenant_elsewhere, 0), max(total - total_elsewhere, 0)
+        s = self.settings
+        return (
+            max(s.max_live_per_tenant - elsewhere.tenant_live, 0),
+            max(s.max_live_total - elsewhere.total_live, 0),
+        )
+
+    async def _submitted(self, reused: bool, snapshot: Any, elsewhere: Elsewhere) -> SubmitResult:
+        job = job_from_snapshot(snapshot)
+        if reused:
+            job = await self._positioned(job)  # an older job: count as Get does
+        elif job.queue_position is not None:
+            # a new job queues behind what the other partitions held just before
+            ahead = elsewhere.ahead.get((job.model, job.priority), 0)
+            job = dataclasses.replace(job, queue_position=job.queue_position + ahead)
+        return SubmitResult(job=job, reused=reused)
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         spec, payloads = self._spec(request)
@@ -409,7 +438,8 @@ class RedisStore(Store):
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
         keys.append(self._op_key())
-        per_tenant, total = await self._live_caps([request.tenant])
+        elsewhere = await self._elsewhere([request])
+        per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
@@ -421,7 +451,7 @@ class RedisStore(Store):
         ]
         reply = await self._transition("submit", keys, args)
         _check_code(reply, max_group_children=self.settings.max_group_children)
-        return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
+        return await self._submitted(bool(reply[1]), reply[2], elsewhere)
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
         if not requests:
@@ -446,7 +476,8 @@ class RedisStore(Store):
             payloads.extend(item_payloads)
         keys.append(self._op_key())
         s = self.settings
-        per_tenant, total = await self._live_caps(sorted({r.tenant for r in requests}))
+        elsewhere = await self._elsewhere(requests)
+        per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
             per_tenant,
             total,
@@ -460,7 +491,7 @@ class RedisStore(Store):
             error = error_for(reply[0], max_group_children=s.max_group_children)
             raise error.for_item(int(reply[1]))
         return [
-            SubmitResult(job=job_from_snapshot(snap), reused=bool(flag))
+            await self._submitted(bool(flag), snap, elsewhere)
             for flag, snap in zip(reply[1], reply[2], strict=True)
         ]
 
@@ -522,12 +553,14 @@ class RedisStore(Store):
             "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
         )
         _check_code(reply, job_id)
-        job = job_from_snapshot(reply[1])
-        if self.position_elsewhere is not None and job.queue_position is not None:
-            seq = int(record(reply[1][0])["seq"])
-            ahead = await self.position_elsewhere(job, seq)
-            job = dataclasses.replace(job, queue_position=job.queue_position + ahead)
-        return job
+        return await self._positioned(job_from_snapshot(reply[1]))
+
+    async def _positioned(self, job: Job) -> Job:
+        """The job with the jobs other partitions queue ahead of it counted in."""
+        if self.position_elsewhere is None or job.queue_position is None:
+            return job
+        ahead = await self.position_elsewhere(job)
+        return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
         reply = await self._run(

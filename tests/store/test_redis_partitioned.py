@@ -259,6 +259,34 @@ async def test_queue_position_adds_up_every_partitions_queue(make: Factory) -> N
     assert positions == list(range(7))
 
 
+async def test_queue_position_is_claim_order_when_the_partitions_counters_differ(
+    make: Factory,
+) -> None:
+    store = await make()
+    flood = [(await store.submit(single(key=f"k{i}"))).job for i in range(5)]  # one partition
+    later = [(await store.submit(single(tenant="other"))).job for _ in range(3)]
+    jobs = flood + later
+    positions = [(await store.get(job.tenant, job.id)).queue_position for job in jobs]
+    assert positions == list(range(8))
+    claimed = [c.job.id for c in await store.claim("w1", [MODEL], max_jobs=8)]
+    assert claimed == [job.id for job in jobs]
+
+
+async def test_a_submit_answer_counts_every_partitions_queue(make: Factory) -> None:
+    store = await make()
+    answers = [(await store.submit(single())).job for _ in range(5)]
+    assert [job.queue_position for job in answers] == list(range(5))
+
+
+async def test_a_reused_submit_answers_the_originals_position(make: Factory) -> None:
+    store = await make()
+    original = (await store.submit(single(key="k"))).job
+    for _ in range(3):
+        await store.submit(single(tenant="other"))
+    again = await store.submit(single(key="k"))
+    assert (again.reused, again.job.id, again.job.queue_position) == (True, original.id, 0)
+
+
 async def test_queue_position_counts_higher_priorities_of_every_partition(make: Factory) -> None:
     store = await make()
     batch = (await store.submit(single())).job
