@@ -172,6 +172,7 @@ class PartitionedRedisStore(Store):
         # that gateways started together do not fill partition 0 first
         self._turn = itertools.count(random.randrange(partitions))
         self._on_failure: FailureHook = ignore_failure
+        self.on_failure = ignore_failure  # the partitions report through _report
         self._closed = False
         self._pending: set[asyncio.Future[None]] = set()  # releases of abandoned claims
         self._event_waits = 0
