@@ -13,12 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import json
 import logging
 import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Any
 
@@ -79,7 +90,7 @@ from store.redis_codec import (
     record,
     to_ms,
 )
-from store.redis_notify import Notifier
+from store.redis_notify import Listener, Notifier
 from store.redis_scripts import ArgValue, Scripts
 from store.redis_urls import Connector
 
@@ -164,6 +175,16 @@ def _check_code(reply: Any, job_id: str = "", max_group_children: int = 0) -> No
         raise error_for(reply[0], job_id, max_group_children)
 
 
+@dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """What the other partitions hold, read just before a submit script (redis_partitioned.py)."""
+
+    tenant_live: int = 0  # the most live jobs of one of the submitting tenants
+    total_live: int = 0
+    # (model, priority) -> ready jobs a new job of that class queues behind
+    ahead: Mapping[tuple[str, Priority], int] = dataclasses.field(default_factory=dict)
+
+
 class RedisStore(Store):
     """The Store protocol on Redis (see store/protocol.py for the semantics)."""
 
@@ -190,6 +211,56 @@ class RedisStore(Store):
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
+        # Hooks of the partitioned store (store/redis_partitioned.py), unused
+        # on one partition: where ids come from (one partition's ids), the
+        # jobs other partitions queue ahead of a QUEUED job (Get, Watch), and
+        # the store whose connections this one shares (None: its own).
+        self.new_id: Callable[[], str] = _new_ulid
+        self.position_elsewhere: Callable[[Job], Awaitable[int]] | None = None
+        self.before_submit: Callable[[Sequence[SubmitRequest]], Awaitable[Elsewhere]] | None = None
+        self._shares: RedisStore | None = None
+
+    def sibling(self, partition: str) -> RedisStore:
+        """A store of another partition on this one's connections, scripts and notifier.
+
+        This store opens and closes what they share; the sibling's close()
+        only ends its own work. Call before open() (the notifier subscribes
+        to the sibling's channel too).
+        """
+        twin = copy.copy(self)
+        twin.keys = Keys(partition)
+        twin._background = set()
+        twin._follower = None
+        twin._shares = self
+        self._notifier.add_channel(twin.keys.notify)
+        return twin
+
+    def listen(self, topics: Iterable[str]) -> contextlib.AbstractContextManager[Listener]:
+        """A listener on this store's notifier (every partition sharing it)."""
+        return self._notifier.listen(topics)
+
+    @property
+    def waiter_reads(self) -> asyncio.Semaphore:
+        """The slots re-reads by woken waiters share (see WAITER_READS)."""
+        return self._waiter_reads
+
+    async def run_pipelined(
+        self, operation: str, script: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    ) -> list[Any]:
+        """A read-only script once per (keys, args), in one pipeline; keys may span partitions."""
+        with self._operation(operation):
+            return await self._scripts.run_pipelined(self._client, script, calls)
+
+    async def read_pipelined(
+        self, operation: str, commands: Sequence[Sequence[ArgValue]]
+    ) -> list[Any]:
+        """Plain commands in one pipeline, not a transaction: keys may lie in several partitions."""
+        with self._operation(operation):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies: list[Any] = await pipe.execute()
+        return replies
 
     def _new_client(
         self, socket_timeout: float | None, retries: int = 1, connections: int = 8
@@ -210,6 +281,8 @@ class RedisStore(Store):
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
+        if self._shares is not None:
+            return  # the store it shares with opens the connections
         with reporting(self.on_failure, "open"):
             with _translated("open"):
                 await self._client.ping()
@@ -256,6 +329,10 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
+        if self._shares is not None:
+            if self._background:
+                await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
+            return  # the connections are the other store's to close
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -334,24 +411,47 @@ class RedisStore(Store):
         )
 
     # Submit --------------------------------------------------------------------
+    async def _elsewhere(self, requests: Sequence[SubmitRequest]) -> Elsewhere:
+        return Elsewhere() if self.before_submit is None else await self.before_submit(requests)
+
+    def _caps(self, elsewhere: Elsewhere) -> tuple[int, int]:
+        """(max_live_per_tenant, max_live_total) as this partition applies them."""
+        s = self.settings
+        return (
+            max(s.max_live_per_tenant - elsewhere.tenant_live, 0),
+            max(s.max_live_total - elsewhere.total_live, 0),
+        )
+
+    async def _submitted(self, reused: bool, snapshot: Any, elsewhere: Elsewhere) -> SubmitResult:
+        job = job_from_snapshot(snapshot)
+        if reused:
+            job = await self._positioned(job)  # an older job: count as Get does
+        elif job.queue_position is not None:
+            # a new job queues behind what the other partitions held just before
+            ahead = elsewhere.ahead.get((job.model, job.priority), 0)
+            job = dataclasses.replace(job, queue_position=job.queue_position + ahead)
+        return SubmitResult(job=job, reused=reused)
+
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         spec, payloads = self._spec(request)
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
         keys.append(self._op_key())
+        elsewhere = await self._elsewhere([request])
+        per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
-            self.settings.max_live_per_tenant,
-            self.settings.max_live_total,
+            per_tenant,
+            total,
             self.settings.max_group_children,
             json.dumps(spec),
             *payloads,
         ]
         reply = await self._transition("submit", keys, args)
         _check_code(reply, max_group_children=self.settings.max_group_children)
-        return SubmitResult(job=job_from_snapshot(reply[2]), reused=bool(reply[1]))
+        return await self._submitted(bool(reply[1]), reply[2], elsewhere)
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
         if not requests:
@@ -376,9 +476,11 @@ class RedisStore(Store):
             payloads.extend(item_payloads)
         keys.append(self._op_key())
         s = self.settings
+        elsewhere = await self._elsewhere(requests)
+        per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
-            s.max_live_per_tenant,
-            s.max_live_total,
+            per_tenant,
+            total,
             s.max_group_children,
             len(items),
             *items,
@@ -389,14 +491,14 @@ class RedisStore(Store):
             error = error_for(reply[0], max_group_children=s.max_group_children)
             raise error.for_item(int(reply[1]))
         return [
-            SubmitResult(job=job_from_snapshot(snap), reused=bool(flag))
+            await self._submitted(bool(flag), snap, elsewhere)
             for flag, snap in zip(reply[1], reply[2], strict=True)
         ]
 
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
         effective = limits(spec, self.settings)
         return {
-            "id": str(ULID()),
+            "id": self.new_id(),
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
@@ -415,7 +517,7 @@ class RedisStore(Store):
                 for index, child in enumerate(work.children)
             ]
             parent: dict[str, Any] = {
-                "id": str(ULID()),
+                "id": self.new_id(),
                 "model": work.children[0].model if work.children else "",
                 "content_type": "",
                 "labels": "{}",
@@ -451,7 +553,14 @@ class RedisStore(Store):
             "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
         )
         _check_code(reply, job_id)
-        return job_from_snapshot(reply[1])
+        return await self._positioned(job_from_snapshot(reply[1]))
+
+    async def _positioned(self, job: Job) -> Job:
+        """The job with the jobs other partitions queue ahead of it counted in."""
+        if self.position_elsewhere is None or job.queue_position is None:
+            return job
+        ahead = await self.position_elsewhere(job)
+        return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
         reply = await self._run(
@@ -775,6 +884,10 @@ class RedisStore(Store):
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
+
+
+def _new_ulid() -> str:
+    return str(ULID())
 
 
 def _recheck() -> float:
