@@ -107,7 +107,7 @@ class ClusterDeployment:
     @staticmethod
     def _slot_map(client: redis.Redis) -> dict[tuple[int, int], int]:
         """(first slot, last slot) -> the master's port, as this node sees it."""
-        ranges = client.execute_command("CLUSTER", "SLOTS")
+        ranges = client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
         return {(int(r[0]), int(r[1])): int(r[2][1]) for r in ranges}
 
     def slot_of(self, key: str) -> int:

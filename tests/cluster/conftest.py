@@ -1,4 +1,4 @@
-"""Cluster fixtures: three masters of the session's own, and a cluster with replicas to fail over."""
+"""Cluster fixtures: three masters for the session, and a cluster with replicas to fail over."""
 
 from __future__ import annotations
 
