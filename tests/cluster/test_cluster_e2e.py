@@ -15,6 +15,7 @@ from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
 pytestmark = pytest.mark.redis
 
 MODEL = "cluster-e2e"
+EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ async def test_a_job_runs_through_gateway_and_worker_server_on_the_cluster(api: 
     statuses = [first.job.status]
     while statuses[-1] != job_pb2.JOB_STATUS_COMPLETED:
         update = await stream.read()
-        assert update is not grpc.aio.EOF, f"stream ended at {statuses}"
+        assert update is not EOF, f"stream ended at {statuses}"
         statuses.append(update.job.status)
     assert statuses[-1] == job_pb2.JOB_STATUS_COMPLETED
     assert job_pb2.JOB_STATUS_PROCESSING in statuses
