@@ -336,7 +336,12 @@ class RedisStore(Store):
 
     async def ping(self) -> None:
         with self._operation("ping"):
-            await self._control.ping()
+            if isinstance(self._control, BoundedCluster):
+                # PING would go to one arbitrary node: ask the partition's master instead,
+                # so health says whether this partition is served.
+                await self._control.exists(self.keys.leader)
+            else:
+                await self._control.ping()
 
     # Plumbing ------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -249,3 +249,17 @@ async def test_a_failover_of_the_partition_master_is_followed(
         assert time.monotonic() - woken_at < 2.0
     finally:
         await store.close()
+
+
+async def test_ping_asks_the_master_of_the_partition(shared_cluster: ClusterDeployment) -> None:
+    owner = shared_cluster.primaries()[2]
+    store = open_store(shared_cluster.url, StoreSettings(), partition_on(shared_cluster, owner))
+    await store.open()
+    try:
+        with shared_cluster.client(owner) as client:
+            before = int(client.info("commandstats")["cmdstat_exists"]["calls"])
+            await store.ping()
+            after = int(client.info("commandstats")["cmdstat_exists"]["calls"])
+        assert after == before + 1
+    finally:
+        await store.close()
