@@ -330,7 +330,10 @@ class RedisStore(Store):
         clients += self._node_clients.values()
         for client in clients:
             with contextlib.suppress(RedisError, RedisClusterException, OSError):
-                await client.aclose()
+                if isinstance(client, BoundedCluster):
+                    await client.close_all()
+                else:
+                    await client.aclose()
         with contextlib.suppress(RedisError, OSError):
             await self._connector.aclose()
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import traceback
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -261,6 +262,61 @@ class BoundedCluster(RedisCluster):
         self._admitted = asyncio.Semaphore(connections)
         self._wait_timeout = wait_timeout
 
+    async def aclose(self) -> None:
+        """Re-read the slot map before the next call, without cutting calls in flight.
+
+        redis-py calls aclose() itself on CLUSTERDOWN, an uncovered slot and
+        every fifth MOVED, only to force that re-read; its own version
+        disconnects every connection, including those other calls are
+        sending on, which then fail with AttributeError (INTERNAL) or a
+        spurious connection error. Here idle connections are dropped and
+        busy ones are dropped when they come back. `close_all()` closes.
+        """
+        self._initialize = True
+        await self._drop_idle_connections()
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> BoundedCluster:
+        """redis-py's initialize(), except that a failed re-read of the slot map (nodes
+        that disagree mid-failover, none reachable) drops idle connections only:
+        redis-py's closes every one, cutting calls in flight as aclose() did."""
+        if not self._initialize:
+            return self
+        if not self._lock:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._initialize:
+                try:
+                    await self.nodes_manager.initialize(
+                        additional_startup_nodes_info=additional_startup_nodes_info,
+                        last_failed_node_name=last_failed_node_name,
+                    )
+                    await self.commands_parser.initialize(self.nodes_manager.default_node)
+                    self._initialize = False
+                except BaseException:
+                    await self._drop_idle_connections()
+                    raise
+        return self
+
+    async def _drop_idle_connections(self) -> None:
+        for node in list(self.nodes_manager.nodes_cache.values()):
+            node.update_active_connections_for_reconnect()
+            # Out of the free list while they close, so no call picks one up
+            # half closed (redis-py's disconnect_free_connections leaves them in).
+            idle = list(node._free)
+            node._free.clear()
+            await asyncio.gather(*(c.disconnect() for c in idle), return_exceptions=True)
+            node._free.extend(idle)
+
+    async def close_all(self) -> None:
+        """Close every connection (the store is closing)."""
+        self._initialize = True
+        await self.nodes_manager.aclose()
+        await self.nodes_manager.aclose("startup_nodes")
+
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if self._admitted.locked():
             try:
@@ -270,9 +326,33 @@ class BoundedCluster(RedisCluster):
         else:
             await self._admitted.acquire()
         try:
-            return await super().execute_command(*args, **kwargs)
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except AttributeError as error:
+                if not _closed_under_us(error):
+                    raise
+            # As after any broken connection: sent again once (operation keys make a
+            # script's resend answer its first run's outcome).
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except AttributeError as error:
+                if not _closed_under_us(error):
+                    raise
+                raise RedisConnectionError("connection closed while sending") from error
         finally:
             self._admitted.release()
+
+
+def _closed_under_us(error: AttributeError) -> bool:
+    """True for redis-py sending on a connection another task closed meanwhile.
+
+    On a connection error redis-py's cluster client closes a node's idle
+    connections while they stay in its free list; a call that picked one up
+    in that instant writes to a writer that is now None.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    last = frames[-1].filename if frames else ""
+    return "'NoneType'" in str(error) and last.endswith(("redis/asyncio/connection.py",))
 
 
 StoreClient = Redis | BoundedCluster
