@@ -4,6 +4,7 @@ partition's slot may change master during the test."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,8 @@ class ClusterRig(Rig):
         starts = [c.start for c in self.calls if c.method == method and c.code == "OK"]
         later = [start for start in starts if start > since]
         return min(later) if later else None
+
+    def longest_gap(self, method: str) -> float:
+        """The longest time between two successful `method` calls' answers (seconds)."""
+        ends = sorted(c.end for c in self.calls if c.method == method and c.code == "OK")
+        return max((later - earlier for earlier, later in itertools.pairwise(ends)), default=0.0)

@@ -73,6 +73,7 @@ async def test_partition_master_killed_under_load_loses_nothing_and_runs_nothing
         f"\nCLUSTER FAILOVER x{kills}: replica serving the slot after "
         f"{statistics.median(promotions):.2f} s (max {max(promotions):.2f}), Submit back after "
         f"{statistics.median(serving_again):.2f} s (max {max(serving_again):.2f}); "
+        f"longest time without a successful Submit {rig.longest_gap('Submit'):.2f} s; "
         f"{figure.jobs} jobs, lost={figure.lost} doubled={figure.doubled} "
         f"failed calls={rig.failed_calls(started)}"
     )
