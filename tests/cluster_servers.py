@@ -73,15 +73,20 @@ class ClusterDeployment:
         return [node for node in self.nodes if node.process and node.process.poll() is None]
 
     def start(self) -> ClusterDeployment:
-        for node in self.nodes:
-            node.start()
-        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-        subprocess.run(
-            [self.cli, "--cluster", "create", *addresses,
-             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        self.wait_ready()
+        """Start every node and create the cluster; on failure stop them all and re-raise."""
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run(
+                [self.cli, "--cluster", "create", *addresses,
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def client(self, node: RedisServer) -> redis.Redis:
