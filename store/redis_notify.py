@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from store.errors import StoreUnavailable
 
@@ -87,7 +87,9 @@ class Listener:
 
 
 class Notifier:
-    def __init__(self, client_factory: Callable[[], Redis], channel: str) -> None:
+    def __init__(self, client_factory: Callable[[], Awaitable[Redis]], channel: str) -> None:
+        # Called on every (re)subscribe: on Cluster it finds the node that owns
+        # the channel's slot now, so a failover or a slot move is followed.
         self._client_factory = client_factory
         self._channels = [channel]
         self._listeners: dict[str, set[Listener]] = {}
@@ -184,9 +186,13 @@ class Notifier:
                 listener.own_event.set()
 
     async def _subscribe(self) -> Any:
+        try:
+            client = await self._client_factory()
+        except (RedisError, RedisClusterException, OSError) as error:
+            raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
         # Subscribe confirmations come through (and _dispatch skips them): ignored
         # ones read as None, which the keep-alive below takes for silence.
-        pubsub = self._client_factory().pubsub(ignore_subscribe_messages=False)
+        pubsub = client.pubsub(ignore_subscribe_messages=False)
         self._current = pubsub
         try:
             await pubsub.subscribe(*self._channels)

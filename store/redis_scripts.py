@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from store.keys import lua_helpers
 from store.policy import lua_policy
+from store.redis_urls import StoreClient
 
 _INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)
 
@@ -66,7 +66,7 @@ class Scripts:
     def __init__(self) -> None:
         self._scripts = {name: read_script(name) for name in script_names()}
 
-    async def load_all(self, client: Redis) -> None:
+    async def load_all(self, client: StoreClient) -> None:
         """SCRIPT LOAD every script: a broken one fails here, at open()."""
         for script in self._scripts.values():
             try:
@@ -94,7 +94,7 @@ class Scripts:
         return replies
 
     async def run(
-        self, client: Redis, name: str, keys: Sequence[str], args: Sequence[ArgValue]
+        self, client: StoreClient, name: str, keys: Sequence[str], args: Sequence[ArgValue]
     ) -> Any:
         """EVALSHA, loading the script again if Redis lost its cache (NOSCRIPT)."""
         script = self._scripts[name]

@@ -34,17 +34,16 @@ from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import (
     ClusterDownError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
 from ulid import ULID
 
 from store.codes import error_for
@@ -92,7 +91,7 @@ from store.redis_codec import (
 )
 from store.redis_notify import Listener, Notifier
 from store.redis_scripts import ArgValue, Scripts
-from store.redis_urls import Connector
+from store.redis_urls import BoundedCluster, Connector, StoreClient
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +129,10 @@ _STREAM_ID = re.compile(r"\d+(-\d+)?")
 # redis-py turns some into their own classes and strips the code from the
 # text (READONLY, MASTERDOWN, TRYAGAIN...), so both the classes and the
 # prefixes of the unclassed ones (BUSY, MISCONF) are listed.
-_UNAVAILABLE_ERRORS = (ReadOnlyError, TryAgainError, ClusterDownError)
+# On Cluster: ClusterDownError (CLUSTERDOWN; MasterDownError is one) while a
+# shard fails over, TryAgainError while a slot migrates, and redis-py's own
+# ClusterError when its redirections ran out (a slot moving back and forth).
+_UNAVAILABLE_ERRORS = (ReadOnlyError, TryAgainError, ClusterDownError, SlotNotCoveredError)
 # NOREPLICAS: a primary under min-replicas-to-write with too few replicas
 # (one cut off from them, or promoted with none left); UNBLOCKED: a blocked
 # read ended because the server was demoted to replica.
@@ -141,8 +143,17 @@ _UNAVAILABLE_PREFIXES = (
     "READONLY",
     "MASTERDOWN",
     "TRYAGAIN",
+    "CLUSTERDOWN",
     "NOREPLICAS",
     "UNBLOCKED",
+)
+# redis-py's cluster client raises these (plain Exceptions, not RedisErrors)
+# when no seed node answers or its slot map has holes: Redis is unreachable.
+# Its other RedisClusterExceptions (keys of several slots in one call...) are bugs.
+_CLUSTER_UNREACHABLE = (
+    "Redis Cluster cannot be connected",
+    "All slots are not covered",
+    "startup_nodes could not agree",
 )
 
 
@@ -164,6 +175,10 @@ def _translated(operation: str) -> Iterator[None]:
         raise StoreError(f"{operation}: {text}") from error
     except (RedisError, OSError, TimeoutError) as error:
         raise StoreUnavailable(f"{operation}: {error or type(error).__name__}") from error
+    except RedisClusterException as error:
+        if str(error).startswith(_CLUSTER_UNREACHABLE):
+            raise StoreUnavailable(f"{operation}: {error}") from error
+        raise StoreError(f"{operation}: {error}") from error
 
 
 def _text(value: object) -> str:
@@ -205,9 +220,14 @@ class RedisStore(Store):
         # bounded by asyncio.wait_for instead.
         self._blocking = self._new_client(None)
         # No silent reconnect for pub/sub: a lost subscription must fail its
-        # waiters (Notifier reconnects and wakes everyone itself).
-        self._pubsub = self._new_client(SOCKET_TIMEOUT, retries=0)
-        self._notifier = Notifier(lambda: self._pubsub, self.keys.notify)
+        # waiters (Notifier reconnects and wakes everyone itself). On Cluster
+        # it is a plain client of the node that owns the channel's slot,
+        # looked up again on every (re)subscribe (_subscriber).
+        self._pubsub: Redis | None = None
+        self._node_clients: dict[tuple[str, int], Redis] = {}
+        if not self._connector.is_cluster:
+            self._pubsub = self._plain(self._new_client(SOCKET_TIMEOUT, retries=0))
+        self._notifier = Notifier(self._subscriber, self.keys.notify)
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
@@ -264,20 +284,41 @@ class RedisStore(Store):
 
     def _new_client(
         self, socket_timeout: float | None, retries: int = 1, connections: int = 8
-    ) -> Redis:
+    ) -> StoreClient:
         # One retry on a broken connection: a pooled connection may be stale
         # after a Redis restart. The resend is safe for scripts: each call's
         # operation key makes a second run answer the first run's outcome.
         # Timeouts are never retried; a claim whose outcome is unknown is
         # released (_undo_claim).
-        pool = self._connector.pool(
-            max_connections=connections,
-            timeout=SOCKET_TIMEOUT,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=CONNECT_TIMEOUT,
-            retry=Retry(NoBackoff(), retries, supported_errors=(RedisConnectionError,)),
-        )
-        return Redis.from_pool(pool)
+        return self._connector.client(socket_timeout, CONNECT_TIMEOUT, retries, connections)
+
+    @staticmethod
+    def _plain(client: StoreClient) -> Redis:
+        assert isinstance(client, Redis)  # only a cluster URL builds a cluster client
+        return client
+
+    async def _subscriber(self) -> Redis:
+        """The client Notifier subscribes with: on Cluster, one to the channel's node now.
+
+        The slot is touched through the cluster client first, so a MOVED or a
+        failed node (a failover, a slot migration) updates its slot map
+        before the owner is read from it.
+        """
+        if self._pubsub is not None:
+            return self._pubsub
+        cluster = self._control
+        assert isinstance(cluster, BoundedCluster)
+        channel = self.keys.notify
+        await cluster.exists(channel)
+        node = cluster.get_node_from_key(channel)
+        if node is None:
+            raise SlotNotCoveredError(f"no node serves the slot of {channel}")
+        address = (node.host, int(node.port))
+        client = self._node_clients.get(address)
+        if client is None:
+            client = self._connector.node_client(*address, SOCKET_TIMEOUT)
+            self._node_clients[address] = client
+        return client
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
@@ -310,21 +351,42 @@ class RedisStore(Store):
                 await self._notifier.resubscribe(moved)
 
     async def _check_config(self) -> None:
+        """Refuse an evicting Redis; warn about one without persistence.
+
+        On Cluster every primary is checked: a slot may live on any of them
+        (the partition's today, another after a migration).
+        """
+        client = self._client
+        if isinstance(client, BoundedCluster):
+            for node in client.get_primaries():
+                await self._check_node_config(client, node.name, node)
+        else:
+            await self._check_node_config(client, "", None)
+
+    async def _check_node_config(self, client: StoreClient, name: str, node: Any) -> None:
+        where = f" on {name}" if name else ""
         try:
-            reply: dict[Any, Any] = await self._client.config_get("*")
+            if node is None:
+                reply: dict[Any, Any] = await client.config_get("*")
+            else:
+                reply = await client.config_get("*", target_nodes=node)
         except ResponseError as error:
-            log.warning("cannot read the Redis config (%s); not checking eviction policy", error)
+            log.warning(
+                "cannot read the Redis config%s (%s); not checking eviction policy", where, error
+            )
             return
         config = {_text(k): _text(v) for k, v in reply.items()}
         policy = config.get("maxmemory-policy", "")
         if policy != "noeviction":
             raise StoreMisconfigured(
-                f"Redis maxmemory-policy is {policy!r}: it may evict jobs; set it to noeviction"
+                f"Redis maxmemory-policy is {policy!r}{where}: it may evict jobs; "
+                "set it to noeviction"
             )
         if config.get("appendonly") == "no" and not config.get("save"):
             log.warning(
-                "Redis persistence is off (appendonly no, no save rules): "
-                "a Redis restart loses every job"
+                "Redis persistence is off%s (appendonly no, no save rules): "
+                "a Redis restart loses every job",
+                where,
             )
 
     async def close(self) -> None:
@@ -340,15 +402,26 @@ class RedisStore(Store):
         await self._notifier.close()
         if self._background:
             await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
-        for client in (self._client, self._control, self._blocking, self._pubsub):
-            with contextlib.suppress(RedisError, OSError):
-                await client.aclose()
+        clients: list[StoreClient] = [self._client, self._control, self._blocking]
+        clients += [self._pubsub] if self._pubsub is not None else []
+        clients += self._node_clients.values()
+        for client in clients:
+            with contextlib.suppress(RedisError, RedisClusterException, OSError):
+                if isinstance(client, BoundedCluster):
+                    await client.close_all()
+                else:
+                    await client.aclose()
         with contextlib.suppress(RedisError, OSError):
             await self._connector.aclose()
 
     async def ping(self) -> None:
         with self._operation("ping"):
-            await self._control.ping()
+            if isinstance(self._control, BoundedCluster):
+                # PING would go to one arbitrary node: ask the partition's master instead,
+                # so health says whether this partition is served.
+                await self._control.exists(self.keys.leader)
+            else:
+                await self._control.ping()
 
     # Plumbing ------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -373,7 +446,7 @@ class RedisStore(Store):
         keys: Sequence[str],
         args: Sequence[ArgValue],
         operation: str | None = None,
-        client: Redis | None = None,
+        client: StoreClient | None = None,
     ) -> Any:
         """Run a script; `operation` (default: the script's name) names the call.
 
@@ -400,7 +473,7 @@ class RedisStore(Store):
         keys: Sequence[str],
         args: Sequence[ArgValue],
         operation: str | None = None,
-        client: Redis | None = None,
+        client: StoreClient | None = None,
     ) -> Any:
         return await self._run(
             script,

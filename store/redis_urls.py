@@ -8,11 +8,16 @@ Forms (DESIGN, "Redis topologies"):
   names a Sentinel-managed primary: the hosts are sentinels (port 26379
   when omitted), `<master>` is the name they monitor, and the credentials
   are the primary's (sentinels are contacted without them).
-- `redis+cluster://` is reserved for Redis Cluster, not supported yet.
+- `redis+cluster://[[user]:password@]host:port[,host:port...]` names a Redis
+  Cluster: the hosts are seed nodes (any reachable one tells the client the
+  whole topology; port 6379 when omitted); no database (Cluster has only 0),
+  no query parameters.
 
 `Connector` then builds every connection pool the store uses for that
 topology; on Sentinel each of them asks the sentinels for the primary on
-every new connection, so all of them follow a failover.
+every new connection, so all of them follow a failover. On Cluster it builds
+redis-py's asyncio cluster client instead, which follows MOVED and ASK
+redirections and re-reads the slot map after one (or after a node failed).
 
 Every refusal is a `BadRedisUrl` (a ValueError) whose message names what is
 wrong, so the servers report it against `--redis-url` before connecting.
@@ -20,21 +25,27 @@ wrong, so the servers report it against `--redis-url` before connecting.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import traceback
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import BlockingConnectionPool, ConnectionPool
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
+from redis.exceptions import ClusterDownError, SlotNotCoveredError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_SENTINEL_PORT = 26379
+DEFAULT_CLUSTER_PORT = 6379
 
 # A master name as sentinel.conf accepts it: no spaces, no slash.
 _MASTER_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -63,7 +74,16 @@ class SentinelTarget:
     password: str | None = None
 
 
-RedisTarget = SingleServer | SentinelTarget
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A Redis Cluster known by its seed nodes; the client discovers the rest."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+
+RedisTarget = SingleServer | SentinelTarget | ClusterTarget
 
 
 def parse_redis_url(url: str) -> RedisTarget:
@@ -77,8 +97,10 @@ def parse_redis_url(url: str) -> RedisTarget:
     if scheme == SENTINEL_SCHEME:
         return _sentinel(rest)
     if scheme == CLUSTER_SCHEME:
-        raise BadRedisUrl("redis+cluster:// (Redis Cluster) is not supported yet")
-    supported = ", ".join(f"{name}://" for name in (*SINGLE_SCHEMES, SENTINEL_SCHEME))
+        return _cluster(rest)
+    supported = ", ".join(
+        f"{name}://" for name in (*SINGLE_SCHEMES, SENTINEL_SCHEME, CLUSTER_SCHEME)
+    )
     raise BadRedisUrl(f"unknown scheme {_quote(scheme)}://: use one of {supported}")
 
 
@@ -109,7 +131,9 @@ def _sentinel(rest: str) -> SentinelTarget:
     username, password = _credentials(userinfo) if at else (None, None)
     if not hosts:
         raise BadRedisUrl("redis+sentinel:// needs at least one sentinel HOST:PORT")
-    sentinels = tuple(_host_port(item) for item in hosts.split(","))
+    sentinels = tuple(
+        _host_port(item, "sentinel", DEFAULT_SENTINEL_PORT) for item in hosts.split(",")
+    )
     segments = path.split("/") if slash else []
     if not segments or not segments[0]:
         raise BadRedisUrl(
@@ -124,6 +148,27 @@ def _sentinel(rest: str) -> SentinelTarget:
     return SentinelTarget(sentinels, master, db, username, password)
 
 
+def _cluster(rest: str) -> ClusterTarget:
+    location, _, query = rest.partition("?")
+    if query:
+        raise BadRedisUrl(f"redis+cluster:// takes no query parameters, got {_quote(query)}")
+    netloc, _, path = location.partition("/")
+    if path:
+        # Cluster serves database 0 only; a /db would be silently wrong.
+        raise BadRedisUrl(
+            f"bad path {_quote('/' + path)}: redis+cluster:// takes no database "
+            "(Redis Cluster has only database 0)"
+        )
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        hosts = netloc
+    username, password = _credentials(userinfo) if at else (None, None)
+    if not hosts:
+        raise BadRedisUrl("redis+cluster:// needs at least one node HOST:PORT")
+    nodes = tuple(_host_port(item, "node", DEFAULT_CLUSTER_PORT) for item in hosts.split(","))
+    return ClusterTarget(nodes, username, password)
+
+
 def _credentials(userinfo: str) -> tuple[str | None, str | None]:
     user, colon, password = userinfo.partition(":")
     if not colon:
@@ -132,25 +177,25 @@ def _credentials(userinfo: str) -> tuple[str | None, str | None]:
     return unquote(user) or None, unquote(password) or None
 
 
-def _host_port(item: str) -> tuple[str, int]:
-    """ "host", "host:port" or "[v6]:port" -> (host, port)."""
+def _host_port(item: str, role: str, default_port: int) -> tuple[str, int]:
+    """ "host", "host:port" or "[v6]:port" -> (host, port); `role` names it in errors."""
     if item.startswith("["):
         host, bracket, tail = item[1:].partition("]")
         if not bracket or (tail and not tail.startswith(":")):
-            raise BadRedisUrl(f"bad sentinel address {_quote(item)}: expected [IPV6]:PORT")
+            raise BadRedisUrl(f"bad {role} address {_quote(item)}: expected [IPV6]:PORT")
         port_text = tail[1:] if tail else ""
     else:
         host, colon, port_text = item.rpartition(":")
         if not colon:
             host, port_text = item, ""
         if ":" in host:
-            raise BadRedisUrl(f"bad sentinel address {_quote(item)}: bracket IPv6 as [ADDR]:PORT")
+            raise BadRedisUrl(f"bad {role} address {_quote(item)}: bracket IPv6 as [ADDR]:PORT")
     if not host:
-        raise BadRedisUrl(f"bad sentinel address {_quote(item)}: expected HOST:PORT")
+        raise BadRedisUrl(f"bad {role} address {_quote(item)}: expected HOST:PORT")
     if not port_text:
-        return host, DEFAULT_SENTINEL_PORT
+        return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise BadRedisUrl(f"bad port in sentinel address {_quote(item)}: expected 1-65535")
+        raise BadRedisUrl(f"bad port in {role} address {_quote(item)}: expected 1-65535")
     return host, int(port_text)
 
 
@@ -193,12 +238,134 @@ class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
         await super().release(connection)
 
 
+# A cluster client's pool per node may hold this many connections beyond the
+# callers it admits at once: a pipeline (queue_depths) or a command sent to
+# every primary (SCRIPT LOAD) takes one per node outside that count.
+_CLUSTER_SPARE_CONNECTIONS = 4
+
+
+class BoundedCluster(RedisCluster):
+    """redis-py's asyncio cluster client, made to behave like the store's single-server pools.
+
+    - Callers queue (up to `wait_timeout`) for one of `connections` slots, as on
+      a BlockingConnectionPool: a node's pool would otherwise refuse a burst
+      with MaxConnectionsError.
+    - A timeout is never resent (as on one server: a claim whose outcome is
+      unknown is released by the store instead); a refused connection, a
+      CLUSTERDOWN or an uncovered slot is, after the slot map is re-read.
+    """
+
+    ERRORS_ALLOW_RETRY = (RedisConnectionError, ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
+
+    def __init__(self, *, connections: int, wait_timeout: float, **kwargs: Any) -> None:
+        super().__init__(max_connections=connections + _CLUSTER_SPARE_CONNECTIONS, **kwargs)
+        self._admitted = asyncio.Semaphore(connections)
+        self._wait_timeout = wait_timeout
+
+    async def aclose(self) -> None:
+        """Re-read the slot map before the next call, without cutting calls in flight.
+
+        redis-py calls aclose() itself on CLUSTERDOWN, an uncovered slot and
+        every fifth MOVED, only to force that re-read; its own version
+        disconnects every connection, including those other calls are
+        sending on, which then fail with AttributeError (INTERNAL) or a
+        spurious connection error. Here idle connections are dropped and
+        busy ones are dropped when they come back. `close_all()` closes.
+        """
+        self._initialize = True
+        await self._drop_idle_connections()
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> BoundedCluster:
+        """redis-py's initialize(), except that a failed re-read of the slot map (nodes
+        that disagree mid-failover, none reachable) drops idle connections only:
+        redis-py's closes every one, cutting calls in flight as aclose() did."""
+        if not self._initialize:
+            return self
+        if not self._lock:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._initialize:
+                try:
+                    await self.nodes_manager.initialize(
+                        additional_startup_nodes_info=additional_startup_nodes_info,
+                        last_failed_node_name=last_failed_node_name,
+                    )
+                    await self.commands_parser.initialize(self.nodes_manager.default_node)
+                    self._initialize = False
+                except BaseException:
+                    await self._drop_idle_connections()
+                    raise
+        return self
+
+    async def _drop_idle_connections(self) -> None:
+        for node in list(self.nodes_manager.nodes_cache.values()):
+            node.update_active_connections_for_reconnect()
+            # Out of the free list while they close, so no call picks one up
+            # half closed (redis-py's disconnect_free_connections leaves them in).
+            idle = list(node._free)
+            node._free.clear()
+            await asyncio.gather(*(c.disconnect() for c in idle), return_exceptions=True)
+            node._free.extend(idle)
+
+    async def close_all(self) -> None:
+        """Close every connection (the store is closing)."""
+        self._initialize = True
+        await self.nodes_manager.aclose()
+        await self.nodes_manager.aclose("startup_nodes")
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._admitted.locked():
+            try:
+                await asyncio.wait_for(self._admitted.acquire(), self._wait_timeout)
+            except TimeoutError:
+                raise RedisConnectionError("no connection to the cluster available") from None
+        else:
+            await self._admitted.acquire()
+        try:
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except AttributeError as error:
+                if not _closed_under_us(error):
+                    raise
+            # As after any broken connection: sent again once (operation keys make a
+            # script's resend answer its first run's outcome).
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except AttributeError as error:
+                if not _closed_under_us(error):
+                    raise
+                raise RedisConnectionError("connection closed while sending") from error
+        finally:
+            self._admitted.release()
+
+
+def _closed_under_us(error: AttributeError) -> bool:
+    """True for redis-py sending on a connection another task closed meanwhile.
+
+    On a connection error redis-py's cluster client closes a node's idle
+    connections while they stay in its free list; a call that picked one up
+    in that instant writes to a writer that is now None.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    last = frames[-1].filename if frames else ""
+    return "'NoneType'" in str(error) and last.endswith(("redis/asyncio/connection.py",))
+
+
+StoreClient = Redis | BoundedCluster
+
+
 class Connector:
-    """Builds the store's connection pools for one parsed URL."""
+    """Builds the store's connection pools (or cluster clients) for one parsed URL."""
 
     def __init__(self, url: str, socket_timeout: float, connect_timeout: float) -> None:
         self.target = parse_redis_url(url)
         self._url = url
+        self._wait_timeout = socket_timeout
+        self._connect_timeout = connect_timeout
         self._sentinel: Sentinel | None = None
         self._sentinel_pools: list[BlockingSentinelPool] = []
         if isinstance(self.target, SentinelTarget):
@@ -214,9 +381,64 @@ class Connector:
                 },
             )
 
+    @property
+    def is_cluster(self) -> bool:
+        return isinstance(self.target, ClusterTarget)
+
+    def client(
+        self, socket_timeout: float | None, connect_timeout: float, retries: int, connections: int
+    ) -> StoreClient:
+        """A client of the topology: one blocking pool, or a cluster client.
+
+        One retry on a broken connection: a pooled connection may be stale
+        after a Redis restart (on Cluster: the retry runs after the slot map
+        is re-read, so it reaches a promoted replica). Timeouts are never retried.
+        """
+        retry = Retry(NoBackoff(), retries, supported_errors=(RedisConnectionError,))
+        target = self.target
+        if isinstance(target, ClusterTarget):
+            return BoundedCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+                connections=connections,
+                wait_timeout=self._wait_timeout,
+                username=target.username,
+                password=target.password,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout,
+                retry=retry,
+                # Only the partition's slot matters to a store: a client stricter than the
+                # server would refuse everything while one unrelated shard is down.
+                require_full_coverage=False,
+            )
+        pool = self.pool(
+            max_connections=connections,
+            timeout=self._wait_timeout,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            retry=retry,
+        )
+        return Redis.from_pool(pool)
+
+    def node_client(self, host: str, port: int, socket_timeout: float) -> Redis:
+        """A plain client of one cluster node (pub/sub: the cluster client has no async one
+        that reconnects the way Notifier needs)."""
+        target = self.target
+        assert isinstance(target, ClusterTarget)
+        return Redis(
+            host=host,
+            port=port,
+            username=target.username,
+            password=target.password,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=self._connect_timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+
     def pool(self, **kwargs: Any) -> ConnectionPool:
         """A blocking pool to the server or to the current primary."""
         target = self.target
+        if isinstance(target, ClusterTarget):
+            raise TypeError("a Redis Cluster has no single pool: use client()")
         if isinstance(target, SingleServer):
             return BlockingConnectionPool.from_url(self._url, **kwargs)
         assert self._sentinel is not None  # built with the target in __init__

@@ -71,7 +71,6 @@ def test_sentinel_url_takes_bracketed_ipv6() -> None:
         ("redis+sentinel://h:1/jobgate/0/9", "bad path"),
         ("redis+sentinel://h:1/job%20gate", "bad master name"),
         ("redis+sentinel://h:1/jobgate?ssl=true", "no query parameters"),
-        ("redis+cluster://h:1,h:2", "not supported yet"),
     ],
 )
 def test_malformed_url_is_refused_naming_the_problem(url: str, complaint: str) -> None:

@@ -439,7 +439,9 @@ async def test_leadership_recovery_and_ping_answer_while_the_rpc_pool_is_exhaust
     store = await make_store(lease_timeout=timedelta(seconds=0.05))
     await store.submit(request())
     await store.claim("w1", [MODEL])
-    pool = store._client.connection_pool
+    client = store._client
+    assert isinstance(client, Redis)  # one server here, not a cluster
+    pool = client.connection_pool
     held = [await pool.get_connection() for _ in range(pool.max_connections)]  # type: ignore[no-untyped-call]
     try:
         with pytest.raises(StoreUnavailable):

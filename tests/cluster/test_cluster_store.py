@@ -1,0 +1,331 @@
+"""RedisStore over redis+cluster://: scripts on every primary, config checks, notifications
+from the slot's owner, queued bursts, failover followed, cluster errors mapped."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import Connection as RedisConnection
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MasterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+from store import Store, StoreMisconfigured, StoreSettings, StoreUnavailable, open_store
+from store.errors import StoreError
+from store.keys import Keys
+from store.model import Job, JobSpec, SubmitRequest
+from store.redis_scripts import read_script, script_names
+from store.redis_store import POOL_CONNECTIONS, _translated
+from store.redis_urls import BoundedCluster, Connector
+from tests.cluster_servers import ClusterDeployment
+from tests.helpers import assert_eventually
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+TENANT = "acme"
+MODEL = "llm-small"
+RECOVERY_BOUND = 30.0
+
+
+async def submit(store: Store) -> Job:
+    request = SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL, payload=b"input"))
+    return (await store.submit(request)).job
+
+
+def partition_on(cluster: ClusterDeployment, node: RedisServer) -> str:
+    """A fresh partition name whose slot `node` serves."""
+    while True:
+        partition = uuid.uuid4().hex[:10]
+        if cluster.owner(cluster.slot_of(Keys(partition).notify)) is node:
+            return partition
+
+
+@pytest.fixture
+async def cluster_store(shared_cluster: ClusterDeployment) -> AsyncIterator[Store]:
+    store = open_store(shared_cluster.url, StoreSettings(), partition=uuid.uuid4().hex[:10])
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_open_loads_every_script_on_every_primary(
+    shared_cluster: ClusterDeployment, cluster_store: Store
+) -> None:
+    shas = [read_script(name).sha for name in script_names()]
+    for node in shared_cluster.primaries():
+        with shared_cluster.client(node) as client:
+            assert all(client.script_exists(*shas)), f"scripts missing on {node.port}"
+
+
+async def test_a_primary_that_lost_its_scripts_gets_them_again(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    owner = shared_cluster.primaries()[0]
+    store = open_store(shared_cluster.url, StoreSettings(), partition_on(shared_cluster, owner))
+    await store.open()
+    try:
+        with shared_cluster.client(owner) as client:
+            client.script_flush()
+        # NOSCRIPT, then SCRIPT LOAD and the call again: as a promoted replica would need.
+        job = await submit(store)
+        assert (await store.get(TENANT, job.id)).id == job.id
+    finally:
+        await store.close()
+
+
+async def test_open_refuses_an_evicting_policy_on_any_primary(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    # Not the partition's master: a migration could bring the slot there.
+    evicting = shared_cluster.primaries()[-1]
+    others = [node for node in shared_cluster.primaries() if node is not evicting]
+    partition = partition_on(shared_cluster, others[0])
+    evicting.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    store = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    try:
+        with pytest.raises(StoreMisconfigured, match=f"'allkeys-lru' on 127.0.0.1:{evicting.port}"):
+            await store.open()
+    finally:
+        await store.close()
+        evicting.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+
+
+async def test_open_warns_and_serves_when_config_is_refused(
+    shared_cluster: ClusterDeployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A user without CONFIG (as on managed Redis); its password comes from the URL.
+    user = f"u{uuid.uuid4().hex[:8]}"
+    for node in shared_cluster.alive:
+        with shared_cluster.client(node) as client:
+            client.acl_setuser(
+                user, enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                commands=["+@all", "-config"],
+            )  # fmt: skip
+    url = shared_cluster.url.replace("redis+cluster://", f"redis+cluster://{user}:pw@")
+    store = open_store(url, StoreSettings(), partition=uuid.uuid4().hex[:10])
+    try:
+        with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+            await store.open()
+        assert "cannot read the Redis config" in caplog.text
+        job = await submit(store)
+        assert (await store.get(TENANT, job.id)).id == job.id
+    finally:
+        await store.close()
+        for node in shared_cluster.alive:
+            with shared_cluster.client(node) as client:
+                client.acl_deluser(user)
+
+
+async def test_notifications_are_subscribed_on_the_owner_of_the_channel_slot(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    owner = shared_cluster.primaries()[1]
+    partition = partition_on(shared_cluster, owner)
+    store = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    await store.open()
+    try:
+        with shared_cluster.client(owner) as client:
+            [(_, subscribers)] = client.pubsub_numsub(Keys(partition).notify)
+        assert subscribers == 1
+    finally:
+        await store.close()
+
+
+async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    partition = uuid.uuid4().hex[:10]
+    waiter = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    submitter = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    await waiter.open()
+    await submitter.open()
+    try:
+        claim = asyncio.create_task(waiter.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await assert_eventually(
+            lambda: asyncio.sleep(0, waiter.waiting_claims(MODEL)),  # type: ignore[attr-defined]
+            timeout=5,
+        )
+        started = time.monotonic()
+        job = await submit(submitter)
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == job.id
+        assert time.monotonic() - started < 2.0, "woken by the notification, not the re-check"
+    finally:
+        await waiter.close()
+        await submitter.close()
+
+
+async def test_a_burst_beyond_the_pool_queues_instead_of_failing(cluster_store: Store) -> None:
+    job = await submit(cluster_store)
+    reads = [cluster_store.get(TENANT, job.id) for _ in range(POOL_CONNECTIONS * 3)]
+    jobs = await asyncio.gather(*reads)
+    assert {read.id for read in jobs} == {job.id}
+
+
+async def test_open_fails_unavailable_when_no_node_answers() -> None:
+    store = open_store("redis+cluster://127.0.0.1:1,127.0.0.1:2", StoreSettings())
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.open()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ClusterDownError("CLUSTERDOWN The cluster is down"),
+        MasterDownError("MASTERDOWN Link with MASTER is down"),
+        TryAgainError("Multiple keys request during rehashing of slot"),
+        ClusterError("TTL exhausted."),
+        SlotNotCoveredError("Slot 12 is not covered by the cluster."),
+        RedisClusterException("Redis Cluster cannot be connected. Please provide ..."),
+        RedisClusterException("All slots are not covered after query all startup_nodes."),
+        redis.ResponseError("CLUSTERDOWN Hash slot not served"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_cluster_errors_are_store_unavailable(error: Exception) -> None:
+    with pytest.raises(StoreUnavailable), _translated("submit"):
+        raise error
+
+
+def test_a_cross_slot_call_is_a_bug_not_unavailability() -> None:
+    with pytest.raises(StoreError) as raised, _translated("submit"):
+        raise RedisClusterException("EVALSHA - all keys must map to the same key slot")
+    assert not isinstance(raised.value, StoreUnavailable)
+
+
+async def test_a_failover_of_the_partition_master_is_followed(
+    replicated_cluster: ClusterDeployment,
+) -> None:
+    cluster = replicated_cluster
+    owner = cluster.primaries()[0]
+    partition = partition_on(cluster, owner)
+    store = open_store(cluster.url, StoreSettings(), partition=partition)
+    await store.open()
+    try:
+        job = await submit(store)
+        cluster.kill(owner)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await submit(store)
+        assert time.monotonic() - started < 2.5, "a dead master must be UNAVAILABLE quickly"
+
+        async def served() -> bool:
+            try:
+                await store.get(TENANT, job.id)
+            except StoreUnavailable:
+                return False
+            return True
+
+        await assert_eventually(served, timeout=RECOVERY_BOUND, interval=0.1)
+
+        # The notifier followed too: subscribed on the new master, a waiting claim is
+        # woken through it.
+        async def subscribed_on_new_owner() -> bool:
+            slot = cluster.slot_of(Keys(partition).notify)
+            with cluster.client(cluster.owner(slot)) as client:
+                [(_, subscribers)] = client.pubsub_numsub(Keys(partition).notify)
+            return bool(subscribers)
+
+        await assert_eventually(subscribed_on_new_owner, timeout=RECOVERY_BOUND, interval=0.1)
+        claim = asyncio.create_task(store.claim("w1", ["other"], wait=timedelta(seconds=20)))
+        await assert_eventually(
+            lambda: asyncio.sleep(0, store.waiting_claims("other") == 1),  # type: ignore[attr-defined]
+            timeout=5,
+        )
+        request = SubmitRequest(tenant=TENANT, work=JobSpec(model="other", payload=b"x"))
+        woken_at = time.monotonic()
+        other = (await store.submit(request)).job
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == other.id
+        assert time.monotonic() - woken_at < 2.0
+    finally:
+        await store.close()
+
+
+async def test_ping_asks_the_master_of_the_partition(shared_cluster: ClusterDeployment) -> None:
+    owner = shared_cluster.primaries()[2]
+    store = open_store(shared_cluster.url, StoreSettings(), partition_on(shared_cluster, owner))
+    await store.open()
+    try:
+        with shared_cluster.client(owner) as client:
+            before = int(client.info("commandstats")["cmdstat_exists"]["calls"])
+            await store.ping()
+            after = int(client.info("commandstats")["cmdstat_exists"]["calls"])
+        assert after == before + 1
+    finally:
+        await store.close()
+
+
+async def test_a_slot_map_refresh_forced_by_redis_py_never_breaks_calls_in_flight(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    # redis-py calls aclose() itself on CLUSTERDOWN and every fifth MOVED; its own
+    # version cut the connections other calls were sending on (AttributeError:
+    # INTERNAL, seen in the failover test). Here calls in flight finish normally.
+    client = Connector(shared_cluster.url, 1.0, 0.5).client(1.0, 0.5, retries=1, connections=64)
+    assert isinstance(client, BoundedCluster)
+    outcomes: Counter[str] = Counter()
+
+    async def get() -> None:
+        try:
+            await client.get("{race}key")
+            outcomes["ok"] += 1
+        except Exception as error:
+            outcomes[type(error).__name__] += 1
+
+    try:
+        await client.set("{race}key", "v")
+        for round_number in range(60):
+            calls = [asyncio.create_task(get()) for _ in range(50)]
+            for _ in range(round_number % 6):  # reach the calls at every stage of sending
+                await asyncio.sleep(0)
+            await client.aclose()
+            await asyncio.gather(*calls)
+    finally:
+        await client.close_all()
+    assert outcomes == Counter(ok=60 * 50)
+
+
+async def test_a_send_on_a_connection_closed_under_it_is_sent_again(
+    shared_cluster: ClusterDeployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py closes a node's idle connections after a connection error while
+    # they stay in its free list; a call that took one writes to a None writer
+    # (AttributeError, which the failover test saw as INTERNAL).
+    send = ClusterNode.execute_command
+    failures = [1]
+
+    async def closed_once(node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            failures.pop()
+            await RedisConnection()._send_packed_command([b"PING\r\n"])  # writer is None
+        return await send(node, *args, **kwargs)
+
+    client = Connector(shared_cluster.url, 1.0, 0.5).client(1.0, 0.5, retries=1, connections=8)
+    assert isinstance(client, BoundedCluster)
+    try:
+        await client.set("{closed}key", "v")
+        monkeypatch.setattr(ClusterNode, "execute_command", closed_once)
+        assert await client.get("{closed}key") == b"v"
+        assert not failures
+    finally:
+        await client.close_all()
