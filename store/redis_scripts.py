@@ -77,7 +77,10 @@ class Scripts:
                 raise RuntimeError(f"script {script.name}: Redis returned sha {sha}")
 
     async def run_pipelined(
-        self, client: Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+        self,
+        client: StoreClient,
+        name: str,
+        calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]],
     ) -> list[Any]:
         """EVALSHA once per (keys, args) in one pipeline (not a transaction), reloading on NOSCRIPT.
 
@@ -106,7 +109,7 @@ class Scripts:
 
 
 async def _evalsha_pipelined(
-    client: Redis, sha: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    client: StoreClient, sha: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
 ) -> list[Any]:
     async with client.pipeline(transaction=False) as pipe:
         for keys, args in calls:
