@@ -3,7 +3,9 @@
 The contract tests come from tests/store unchanged; only `store_url` differs:
 every store here reaches its partition's slot through redis-py's cluster
 client, seeded with all three masters of the session's cluster. Partitions
-are named per test, so they land on different masters.
+are named per test, so they land on different masters; the suite runs on one
+partition and on a PartitionedRedisStore of three ("redis3"), whose calls
+span masters (pipelined head reads, positions, merged audit streams).
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ pytestmark = pytest.mark.redis
 __all__ = ["make_store", "pushed_wake_ups_only", "store"]  # fixtures, used by name
 
 
-@pytest.fixture
-def backend() -> str:
-    return "redis"
+@pytest.fixture(params=["redis", "redis3"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """One partition, and three (whose hash tags land on different masters)."""
+    return str(request.param)
 
 
 @pytest.fixture
