@@ -1,8 +1,10 @@
 """Cross-replica wake-ups: one pub/sub connection per RedisStore, local waiters.
 
-Scripts PUBLISH short messages on the partition's channel ("r <model>": a
-job became claimable; "q <model>": a ready queue shrank; "j <id>": a job
-changed). `Notifier` reads them on one task and sets the asyncio events of
+Scripts PUBLISH short messages on the partition's channel ("r <model> <id>":
+job <id> became claimable, topic "r <model>"; "q <model>": a ready queue
+shrank; "j <id>": a job changed). The ids of "r" messages are handed to
+`on_ready`, so the next claim declares them (a hint, store/lua/includes/
+declared.lua). `Notifier` reads them on one task and sets the asyncio events of
 the local `Listener`s interested in that message. A listener is level
 triggered: clear it, read the state, then wait; a message that arrives
 after the clear is never lost.
@@ -92,6 +94,8 @@ class Notifier:
         self._error: str | None = "not started"
         self._closed = False
         self._current: Any = None  # the live PubSub, closed by close()
+        # Called with (model, job id) for every "r" message, listened to or not.
+        self.on_ready: Callable[[str, str], None] = lambda model, job_id: None
 
     @property
     def closed(self) -> bool:
@@ -171,6 +175,9 @@ class Notifier:
         if not isinstance(data, bytes):
             return
         topic = data.decode(errors="replace")
+        if topic.startswith("r "):
+            topic, _, job_id = topic.rpartition(" ")
+            self.on_ready(topic[2:], job_id)
         for listener in self._listeners.get(topic, ()):
             listener.event.set()
             if topic in listener.own:
