@@ -3,7 +3,8 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11..15] the job's declared group (includes/declared.lua)
+    KEYS[11..15] the declared job and model groups (includes/declared.lua):
+                 the job (one group)
     ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      job id
     ARGV[5]      lease id (fencing token)

@@ -45,7 +45,7 @@ end
 local function job_index(id)
   local i = D_JOB[id]
   if not i then
-    error('jobgate: job ' .. tostring(id) .. ' was not declared in KEYS')
+    error('undeclared job ' .. tostring(id) .. ' was not declared in KEYS')
   end
   return i
 end
@@ -59,7 +59,7 @@ local function held_key(id) return KEYS[job_index(id) + 4] end
 local function queue_key(model, priority)
   local i = D_MODEL[model]
   if not i then
-    error('jobgate: model ' .. tostring(model) .. ' was not declared in KEYS')
+    error('undeclared model ' .. tostring(model) .. ' was not declared in KEYS')
   end
   return KEYS[i + tonumber(priority) - 1]
 end
@@ -67,7 +67,7 @@ end
 -- A key named by a record (idem_ref): usable only if it is in KEYS.
 local function declared_key(name)
   if not D_KEY[name] then
-    error('jobgate: key ' .. tostring(name) .. ' was not declared in KEYS')
+    error('undeclared key ' .. tostring(name) .. ' was not declared in KEYS')
   end
   return name
 end
