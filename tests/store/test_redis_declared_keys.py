@@ -24,6 +24,8 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.exceptions import ResponseError
 
+from store import redis_store
+from store.errors import StoreError
 from store.model import (
     GroupSpec,
     JobSpec,
@@ -32,6 +34,7 @@ from store.model import (
     StoreSettings,
     SubmitRequest,
 )
+from store.policy import lua_policy
 from store.redis_scripts import read_script, script_names
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
@@ -262,8 +265,9 @@ async def _recovered(store: RedisStore, job_id: str, status: JobStatus) -> bool:
     return (await store.get(TENANT, job_id)).status is status
 
 
-async def exercise(store: RedisStore, fast: RedisStore) -> None:
-    """Every script and path through RedisStore (`fast` has short leases)."""
+async def exercise(store: RedisStore, fast: RedisStore, cold: RedisStore) -> None:
+    """Every script and path through RedisStore (`fast` has short leases;
+    `cold` has seen none of the jobs it touches, so it declares no hints)."""
     # submit: single, keyed, a keyed resend, a group; submit_batch
     queued = (await store.submit(single("m-read"))).job
     keyed = (await store.submit(single("m-read", key="k1"))).job
@@ -333,6 +337,38 @@ async def exercise(store: RedisStore, fast: RedisStore) -> None:
     await assert_eventually(lambda: _recovered(store, timed.id, JobStatus.QUEUED))
     await assert_eventually(lambda: _recovered(store, late.id, JobStatus.FAILED))
     assert await store.acquire_leadership("audit", timedelta(seconds=5))
+    await exercise_cold(store, cold)
+
+
+async def exercise_cold(store: RedisStore, cold: RedisStore) -> None:
+    """Paths through a store with no hints: each id met is asked for (KEYS_NEEDED)."""
+    keyed_group = (await store.submit(group("m-cold", 3, max_parallel=1, key="g2"))).job
+    await cold.get(TENANT, keyed_group.id)
+    for status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.COMPLETED):
+        [child] = await store.claim("w1", ["m-cold"])
+        await cold.set_result(child.job.id, child.lease_id, status)
+    assert (await store.get(TENANT, keyed_group.id)).terminal
+    await store.submit(single("m-cold", key="k3"))
+    [keyed] = await store.claim("w1", ["m-cold"])
+    await cold.set_result(keyed.job.id, keyed.lease_id, JobStatus.COMPLETED)
+    assert (await cold.submit(single("m-read", key="k1"))).reused
+    held = (await store.submit(group("m-cold", 3, max_parallel=1))).job
+    await cold.list_children(TENANT, held.id)
+    other = (await store.submit(group("m-cold", 2, max_parallel=1))).job
+    [running] = await store.claim("w1", ["m-cold"])
+    await cold.release([running])
+    await fresh_cancel(store, held.id)
+    await fresh_cancel(store, other.id)
+
+
+async def fresh_cancel(store: RedisStore, job_id: str) -> None:
+    """Cancel from a store that never saw the job."""
+    fresh = RedisStore(store.url, store.settings, partition=store.keys.partition)
+    await fresh.open()
+    try:
+        await fresh.cancel(TENANT, job_id)
+    finally:
+        await fresh.close()
 
 
 async def _claimable(store: RedisStore, model: str) -> bool:
@@ -349,20 +385,25 @@ def server(own_redis: RedisServer) -> RedisServer:
 @pytest.fixture
 async def stores(
     server: RedisServer, partition: str
-) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
+) -> AsyncIterator[tuple[RedisStore, RedisStore, RedisStore]]:
     settings = StoreSettings(retry_backoff_base=timedelta(milliseconds=20))
     fast_settings = StoreSettings(lease_timeout=timedelta(milliseconds=100))
-    store = RedisStore(server.url, settings, partition=partition)
-    fast = RedisStore(server.url, fast_settings, partition=partition)
-    await store.open()
-    await fast.open()
-    yield store, fast
-    await store.close()
-    await fast.close()
+    opened = (
+        RedisStore(server.url, settings, partition=partition),
+        RedisStore(server.url, fast_settings, partition=partition),
+        RedisStore(server.url, settings, partition=partition),
+    )
+    for store in opened:
+        await store.open()
+    yield opened
+    for store in opened:
+        await store.close()
 
 
 @pytest.fixture
-async def audited(server: RedisServer, stores: tuple[RedisStore, RedisStore]) -> list[ScriptRun]:
+async def audited(
+    server: RedisServer, stores: tuple[RedisStore, RedisStore, RedisStore]
+) -> list[ScriptRun]:
     monitor = Monitor(server.port)
     try:
         await exercise(*stores)
@@ -384,3 +425,38 @@ async def test_every_key_a_script_touches_is_in_its_keys(
     undeclared = Counter(f"{script} {command}" for script, command, _ in undeclared_keys(
         server.port, audited))  # fmt: skip
     assert dict(undeclared) == {}
+
+
+# -- declaring in rounds ----------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_using_an_undeclared_job_is_an_error(server: RedisServer) -> None:
+    source = lua_policy() + (LUA_DIR / "includes" / "declared.lua").read_text()
+    client = SyncRedis(port=server.port)
+    # nothing declared: the tail is the first group's KEYS index and three zero counts
+    with pytest.raises(ResponseError, match="undeclared job j1"):
+        client.eval(source + "\nreturn redis.call('GET', jk('j1'))", 0, 1, 0, 0, 0)
+    client.close()
+
+
+@pytest.mark.redis
+async def test_a_claim_from_a_store_without_hints_claims_every_head_in_order(
+    stores: tuple[RedisStore, RedisStore, RedisStore],
+) -> None:
+    gateway, _, worker = stores
+    submitted = [(await gateway.submit(single("m-backlog"))).job.id for _ in range(6)]
+    worker._ready_hints.clear()  # the "r" messages it heard would be hints
+    claimed = await worker.claim("w1", ["m-backlog"], max_jobs=6)
+    assert [c.job.id for c in claimed] == submitted
+
+
+@pytest.mark.redis
+async def test_a_script_still_asking_for_keys_after_the_last_round_fails_naming_it(
+    stores: tuple[RedisStore, RedisStore, RedisStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway, _, reader = stores
+    parent = (await gateway.submit(group("m-rounds", 2))).job
+    monkeypatch.setattr(redis_store, "DECLARE_ROUNDS", 1)  # a group's get needs 2
+    with pytest.raises(StoreError, match=r"children\.lua"):
+        await reader.list_children(TENANT, parent.id)
