@@ -6,10 +6,10 @@ EVALSHA round trip in the steady state; a script that meets a job id or model
 its call did not declare in KEYS asks for it before writing anything and is
 called again with it declared (store/lua/includes/declared.lua). A Redis
 failure of any kind is raised as StoreUnavailable, never read as an empty
-answer. Each mutating call carries its own operation
-key, so redis-py's resend after a broken connection answers the first run's
-outcome instead of running the transition twice (docs/store-semantics.md,
-"Exactly once per call").
+answer. Each mutating call carries its own operation key, so redis-py's
+resend after a broken connection answers the first run's outcome instead of
+running the transition twice (docs/store-semantics.md, "Exactly once per
+call").
 """
 
 from __future__ import annotations
@@ -126,12 +126,13 @@ DECLARE_ROUNDS = 4
 JOB_HINTS = 10_000
 # A claim that stops at an undeclared queue head asks for this many head ids
 # per queue, times CLAIM_PEEK_GROWTH for each round in a row that other
-# claimers left with nothing.
+# claimers left with nothing, up to CLAIM_PEEK_MAX.
 CLAIM_PEEK = 4
+CLAIM_PEEK_GROWTH = 4
+CLAIM_PEEK_MAX = 64
 # Per model, the ids of the last jobs heard becoming claimable ("r" messages,
 # this store's own submits): the next claim of the model declares them.
 READY_HINTS = 8
-CLAIM_PEEK_GROWTH = 4
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -683,7 +684,7 @@ class RedisStore(Store):
         while needed and len(claimed) < max_jobs:
             _declare_needed("claim", declared, [needed, [], []])
             # heads lost to other claimers: ask for more of them next time
-            peek = CLAIM_PEEK * CLAIM_PEEK_GROWTH**stalls
+            peek = min(CLAIM_PEEK * CLAIM_PEEK_GROWTH**stalls, CLAIM_PEEK_MAX)
             entries, needed = await self._claim_round(
                 worker_id, models, max_jobs - len(claimed), declared, peek
             )
