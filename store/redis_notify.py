@@ -175,9 +175,13 @@ class Notifier:
         if not isinstance(data, bytes):
             return
         topic = data.decode(errors="replace")
-        if topic.startswith("r "):
-            topic, _, job_id = topic.rpartition(" ")
-            self.on_ready(topic[2:], job_id)
+        kind, _, rest = topic.partition(" ")
+        model, _, job_id = rest.partition(" ")
+        if kind == "r" and job_id:
+            # "r <model> <id>"; a bare "r <model>" (an older server's scripts,
+            # mid-upgrade) still wakes its listeners
+            topic = f"r {model}"
+            self.on_ready(model, job_id)
         for listener in self._listeners.get(topic, ()):
             listener.event.set()
             if topic in listener.own:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from redis import Redis as SyncRedis
+from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
 from store import redis_store
@@ -35,6 +36,7 @@ from store.model import (
     SubmitRequest,
 )
 from store.policy import lua_policy
+from store.redis_notify import Notifier
 from store.redis_scripts import read_script, script_names
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
@@ -460,3 +462,29 @@ async def test_a_script_still_asking_for_keys_after_the_last_round_fails_naming_
     monkeypatch.setattr(redis_store, "DECLARE_ROUNDS", 1)  # a group's get needs 2
     with pytest.raises(StoreError, match=r"children\.lua"):
         await reader.list_children(TENANT, parent.id)
+
+
+# -- claim hints from notifications -----------------------------------------------
+
+
+def _no_client() -> AsyncRedis:
+    raise AssertionError("the notifier is never started here")
+
+
+def _notifier_heard(message: bytes) -> tuple[bool, list[tuple[str, str]]]:
+    """(did a listener of "r m" wake, the hints handed on) for one message."""
+    notifier = Notifier(_no_client, "channel")
+    heard: list[tuple[str, str]] = []
+    notifier.on_ready = lambda model, job_id: heard.append((model, job_id))
+    with notifier.listen(["r m"]) as listener:
+        notifier._dispatch({"type": "message", "data": message})
+        return listener.event.is_set(), heard
+
+
+def test_a_ready_message_wakes_its_model_and_hands_on_the_id() -> None:
+    assert _notifier_heard(b"r m 01JOB") == (True, [("m", "01JOB")])
+
+
+def test_a_ready_message_without_an_id_still_wakes_its_model() -> None:
+    # an older server's scripts publish "r <model>" during a rolling upgrade
+    assert _notifier_heard(b"r m") == (True, [])
