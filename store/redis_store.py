@@ -461,8 +461,11 @@ class RedisStore(Store):
         return job
 
     def _claimed(self, entry: Any) -> ClaimedJob:
-        claimed = claimed_from_reply(entry)
+        """claim_jobs.lua's entry; its 5th item (held siblings) is a hint for the end."""
+        claimed = claimed_from_reply(entry[:4])
         self._learn(claimed.job)
+        if len(entry) > 4:
+            self._job_hints[claimed.job.id].add(_texts(entry[4]))
         return claimed
 
     # Submit --------------------------------------------------------------------
@@ -720,8 +723,17 @@ class RedisStore(Store):
         op_key = self._op_key()
         call = self._run_declared("claim", [], args, declared, trailing=[op_key])
         entries, needed, hints = await self._shielded_claim(op_key, declared, call)
-        self._head_hints[tuple(models)] = _texts(hints)
-        return [self._claimed(entry) for entry in entries], _texts(needed)
+        claimed = [self._claimed(entry) for entry in entries]
+        self._head_hint(models, hints, claimed)
+        return claimed, _texts(needed)
+
+    def _head_hint(
+        self, models: list[str], hints: Sequence[Any], claimed: list[ClaimedJob]
+    ) -> None:
+        """The next claim of `models` declares the heads seen now, and the
+        parents of the children just claimed (their siblings queue next)."""
+        parents = [c.job.parent_id for c in claimed if c.job.parent_id]
+        self._head_hints[tuple(models)] = [*_texts(hints), *dict.fromkeys(parents)]
 
     async def _shielded_claim(
         self,
@@ -875,9 +887,10 @@ class RedisStore(Store):
             self._report_answer(job_id, code, snapshot)
             for (job_id, _, _), (code, snapshot) in zip(results, reply[0], strict=True)
         ]
+
         claimed = [self._claimed(entry) for entry in reply[1]]
         if models:
-            self._head_hints[tuple(models)] = _texts(reply[3])
+            self._head_hint(models, reply[3], claimed)
         needed = _texts(reply[2])
         claimed = await self._claim_rest(worker_id, models, max_jobs, claimed, declared, needed)
         return ReportedAndClaimed(answers, claimed)

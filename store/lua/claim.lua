@@ -20,9 +20,10 @@
     ARGV[..]      the declaration tail (includes/declared.lua)
 
   Output:
-    {{{record (flat), payload, lease_id, lease_deadline_ms}, ...}, needed,
-     hints}: the claimed jobs in claim order (empty when nothing is
-    claimable); `needed` the job ids it stopped for (empty unless a queue
+    {{{record (flat), payload, lease_id, lease_deadline_ms, held}, ...},
+     needed, hints}: the claimed jobs in claim order (empty when nothing is
+    claimable; `held`, for a child of a group with max_parallel, the first
+    held siblings: a hint for its end, absent in a resend's answer); `needed` the job ids it stopped for (empty unless a queue
     head or its parent was not declared: the caller claims the remainder
     with them declared); `hints` the ids now at the heads of the models'
     queues. A resend of a call that claimed answers the same leases (those

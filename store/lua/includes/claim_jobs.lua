@@ -69,22 +69,42 @@ local function claim_one(id, lease_id, worker_id, lease_ms)
   notify('j', id)
   notify('q', f[2])
   local parent_id = f[4]
+  local siblings = {}
   if parent_id and parent_id ~= '' then
     local pkey = jk(parent_id)
-    if redis.call('HGET', pkey, 'status') == ST.QUEUED then
+    local p = redis.call('HMGET', pkey, 'status', 'max_parallel')
+    if p[1] == ST.QUEUED then
       redis.call('HSET', pkey, 'status', ST.PROCESSING, 'start_time', NOW, 'update_time', NOW)
       emit(parent_id, ST.QUEUED, ST.PROCESSING)
       notify('j', parent_id)
     end
+    -- a hint for this attempt's end: the held children it may release
+    local max_parallel = tonumber(p[2]) or 0
+    if max_parallel > 0 then
+      siblings = redis.call('ZRANGE', held_key(parent_id), 0, max_parallel - 1)
+    end
   end
   return {redis.call('HGETALL', key), redis.call('GET', payload_key(id)) or '',
-    lease_id, deadline}
+    lease_id, deadline, siblings}
 end
 
 -- The ids at the heads of the ready queues of `models`, for the next claim
--- of up to max_jobs.
+-- of up to max_jobs, and the parents of those that are declared (a group
+-- child's claim touches its parent).
 local function head_hints(models, max_jobs)
-  return peek_heads(models, math.min(math.max(HINT_HEADS, max_jobs), HINT_MAX))
+  local hints = peek_heads(models, math.min(math.max(HINT_HEADS, max_jobs), HINT_MAX))
+  local parents = {}
+  for i = 1, #hints do
+    local id = hints[i]
+    if D_JOB[id] then
+      local parent_id = redis.call('HGET', jk(id), 'parent_id')
+      if parent_id and parent_id ~= '' and not parents[parent_id] then
+        parents[parent_id] = true
+        hints[#hints + 1] = parent_id
+      end
+    end
+  end
+  return hints
 end
 
 -- Claim up to max_jobs from the ready queues of the declared models
