@@ -63,8 +63,8 @@ class Run:
 @dataclass
 class TopologyFigures:
     runs: list[Run] = field(default_factory=list)
-    latency: list[float] = field(default_factory=list)  # submit start -> handler start
-    latency_offered: float = 0.0  # Submits per second the producer achieved
+    # worker concurrency -> (submit start -> handler start samples, Submits/s achieved)
+    latency: dict[int, tuple[list[float], float]] = field(default_factory=dict)
     drains: list[Run] = field(default_factory=list)
 
 
@@ -136,10 +136,9 @@ def throughput_and_latency(topology: Topology, sink: Sink, sizes: Sizes) -> Topo
             ):
                 run = Run(topology.name, concurrency, mode)
                 figures.runs.append(measure(topology, sink, pids, run, model, jobs, **options))
-            if concurrency == 8:
-                figures.latency, figures.latency_offered = offered_latency(
-                    topology, sink, model, sizes.latency_rate, sizes.latency_seconds
-                )
+            figures.latency[concurrency] = offered_latency(
+                topology, sink, model, sizes.latency_rate, sizes.latency_seconds
+            )
     for concurrency in (1, 8):
         figures.drains.append(drain(topology, sink, concurrency, sizes.drain_jobs))
     return figures

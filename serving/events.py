@@ -2,7 +2,8 @@
 
 The stream lives in Redis (the embedded store's events live inside the
 `jobgate serve` process, out of reach), so the command needs --redis-url or
-JOBGATE_REDIS_URL and the deployment's --redis-partition.
+JOBGATE_REDIS_URL and the deployment's --redis-partition and --redis-partitions
+(every partition's stream is read, merged in time order).
 
 Without --follow it prints every event the (capped) stream still holds and
 exits; with --follow it then waits for new ones until SIGINT or SIGTERM, and
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from serving.settings import parse_partitions
 from store import Store, StoreError, open_store
 from store.model import JobEvent
 
@@ -61,6 +63,12 @@ def add_command(subcommands: argparse._SubParsersAction[Any], help_line: str) ->
         metavar="NAME",
         help="the deployment's key partition (default: $JOBGATE_REDIS_PARTITION or 'default')",
     )
+    parser.add_argument(
+        "--redis-partitions",
+        default=os.environ.get("JOBGATE_REDIS_PARTITIONS", "1"),
+        metavar="N",
+        help="the deployment's --redis-partitions (default: $JOBGATE_REDIS_PARTITIONS or 1)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -74,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(
             f"unsupported --redis-url {args.redis_url!r}: use redis://HOST:PORT/DB", EXIT_USAGE
         )
+    try:
+        args.redis_partitions = parse_partitions(str(args.redis_partitions))
+    except ValueError as error:
+        return _fail(f"--redis-partitions: {error}", EXIT_USAGE)
     # The store's own warnings (reconnects, persistence settings) are for the
     # servers' logs; here they would interleave with the events and the error.
     logging.basicConfig(level=logging.ERROR, format="jobgate events: %(levelname)s: %(message)s")
@@ -93,7 +105,9 @@ async def _read_events(
     args: argparse.Namespace, formatter: Callable[[JobEvent], str], out: TextIO
 ) -> int:
     try:
-        store = open_store(args.redis_url, partition=args.redis_partition)
+        store = open_store(
+            args.redis_url, partition=args.redis_partition, partitions=args.redis_partitions
+        )
     except ValueError as error:
         return _fail(str(error), EXIT_USAGE)
     try:

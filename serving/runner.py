@@ -66,7 +66,10 @@ class Builder:
 async def open_configured_store(settings: ServerSettings) -> Store:
     try:
         store = open_store(
-            settings.redis_url, settings.store_settings(), partition=settings.redis_partition
+            settings.redis_url,
+            settings.store_settings(),
+            partition=settings.redis_partition,
+            partitions=settings.redis_partitions,
         )
     except (ValueError, ImportError) as error:
         raise StartError(f"--redis-url: {error}") from None

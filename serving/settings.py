@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from jobgate._logs import LOG_FORMATS, LOG_LEVELS
 from jobgate.v1.limits import MAX_ATTEMPTS
-from store.keys import PARTITION_PATTERN
+from store.keys import MAX_PARTITIONS, PARTITION_PATTERN
 from store.model import StoreSettings
 
 T = TypeVar("T")
@@ -57,6 +57,7 @@ class ServerSettings:
     max_live_total: int = _STORE.max_live_total
     max_batch_submit: int = 1000
     redis_partition: str = "default"
+    redis_partitions: int = 1
     retry_backoff: timedelta = _STORE.retry_backoff_base
     retry_backoff_max: timedelta = _STORE.retry_backoff_max
     grace_period: timedelta = timedelta(seconds=10)
@@ -123,6 +124,10 @@ def _int_parser(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+#: --redis-partitions' rule, shared with `jobgate events`.
+parse_partitions = _int_parser(1, MAX_PARTITIONS)
 
 
 def _switch(text: str) -> bool:
@@ -202,6 +207,12 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("max_live_total", _int_parser(1, _MAX_INT), "live jobs in total", "N"),
     _Flag("max_batch_submit", _int_parser(1, 100_000), "items per BatchSubmit call", "N"),
     _Flag("redis_partition", _partition, "Redis hash tag jobgate:{NAME}:", "NAME"),
+    _Flag(
+        "redis_partitions",
+        parse_partitions,
+        "hash tags the state spreads over (Redis Cluster); fixed for a deployment's life",
+        "N",
+    ),
     _Flag(
         "retry_backoff",
         parse_seconds,

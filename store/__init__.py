@@ -38,13 +38,18 @@ __all__ = [
 
 
 def open_store(
-    url: str | None, settings: StoreSettings | None = None, partition: str = "default"
+    url: str | None,
+    settings: StoreSettings | None = None,
+    partition: str = "default",
+    partitions: int = 1,
 ) -> Store:
     """The store for a URL: None or "memory://" is LocalStore, any Redis URL is RedisStore.
 
     Redis URLs (store/redis_urls.py): redis://, rediss:// (TLS), unix:// and
     redis+sentinel://HOST:PORT[,HOST:PORT...]/<master>[/db]. A malformed or
     unsupported URL raises ValueError (BadRedisUrl) naming what is wrong.
+    `partitions` (--redis-partitions) spreads a Redis deployment over that
+    many hash tags (store/redis_partitioned.py); 1 is one RedisStore.
     The caller awaits `store.open()` before use.
     """
     settings = settings or StoreSettings()
@@ -52,6 +57,10 @@ def open_store(
         from store.memory import LocalStore
 
         return LocalStore(settings)
+    if partitions != 1:
+        from store.redis_partitioned import PartitionedRedisStore
+
+        return PartitionedRedisStore(url, settings, partition, partitions)
     from store.redis_store import RedisStore
 
     return RedisStore(url, settings, partition=partition)

@@ -17,6 +17,25 @@ from store.model import PRIORITIES_IN_CLAIM_ORDER, Priority
 
 #: A partition name (the hash tag); the servers check --redis-partition with it.
 PARTITION_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+#: --redis-partitions' range: how many hash tags one deployment spreads over.
+MAX_PARTITIONS = 1024
+# A hash tag: the name alone (one partition) or "<name>/<index>" (one of
+# several; '/' never occurs in a name, so the two forms never collide).
+_TAG_PATTERN = re.compile(rf"{PARTITION_PATTERN.pattern}(/[0-9]{{1,4}})?")
+
+
+def partition_tags(name: str, count: int) -> list[str]:
+    """The hash tags of a deployment named `name` over `count` partitions.
+
+    One partition keeps the bare name, so a deployment that never set
+    --redis-partitions keeps its keys; more use "<name>/0" .. "<name>/<count-1>".
+    """
+    if not 1 <= count <= MAX_PARTITIONS:
+        raise ValueError(f"partitions must be 1..{MAX_PARTITIONS}, got {count}")
+    if count == 1:
+        return [name]
+    return [f"{name}/{index}" for index in range(count)]
+
 
 # Per-job key suffixes, after `<prefix>job:<id>`.
 _PAYLOAD = ":payload"
@@ -29,7 +48,7 @@ class Keys:
     """Key names for one partition: `jobgate:{<partition>}:...`."""
 
     def __init__(self, partition: str) -> None:
-        if not PARTITION_PATTERN.fullmatch(partition):
+        if not _TAG_PATTERN.fullmatch(partition):
             raise ValueError(f"partition must match {PARTITION_PATTERN.pattern}, got {partition!r}")
         self.partition = partition
         self.prefix = f"jobgate:{{{partition}}}:"

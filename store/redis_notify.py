@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 # hung Redis (SIGSTOP, network partition) fails waiters within ~1 s too.
 _POLL_SECONDS = 0.5
 _RECONNECT_SECONDS = 0.2
+#: A listener of this topic hears every message (the partitioned store's
+#: blocking events read: any transition may have appended an event).
+ANY_MESSAGE = "*"
 
 
 class Listener:
@@ -88,14 +91,18 @@ class Listener:
 class Notifier:
     def __init__(self, client_factory: Callable[[], Redis], channel: str) -> None:
         self._client_factory = client_factory
-        self._channel = channel
+        self._channels = [channel]
         self._listeners: dict[str, set[Listener]] = {}
         self._task: asyncio.Task[None] | None = None
         self._error: str | None = "not started"
         self._closed = False
         self._current: Any = None  # the live PubSub, closed by close()
-        # Called with (model, job id) for every "r" message, listened to or not.
-        self.on_ready: Callable[[str, str], None] = lambda model, job_id: None
+        # Called with (channel, model, job id) for every "r" message, listened to or not.
+        self.on_ready: Callable[[str, str, str], None] = lambda channel, model, job_id: None
+
+    def add_channel(self, channel: str) -> None:
+        """Also hear `channel` (another partition's, sharing this connection); before start()."""
+        self._channels.append(channel)
 
     @property
     def closed(self) -> bool:
@@ -181,17 +188,19 @@ class Notifier:
             # "r <model> <id>"; a bare "r <model>" (an older server's scripts,
             # mid-upgrade) still wakes its listeners
             topic = f"r {model}"
-            self.on_ready(model, job_id)
-        for listener in self._listeners.get(topic, ()):
+            self.on_ready(_channel_name(message.get("channel")), model, job_id)
+        for listener in (*self._listeners.get(topic, ()), *self._listeners.get(ANY_MESSAGE, ())):
             listener.event.set()
-            if topic in listener.own:
+            if topic in listener.own or ANY_MESSAGE in listener.own:
                 listener.own_event.set()
 
     async def _subscribe(self) -> Any:
-        pubsub = self._client_factory().pubsub(ignore_subscribe_messages=True)
+        # Subscribe confirmations come through (and _dispatch skips them): ignored
+        # ones read as None, which the keep-alive below takes for silence.
+        pubsub = self._client_factory().pubsub(ignore_subscribe_messages=False)
         self._current = pubsub
         try:
-            await pubsub.subscribe(self._channel)
+            await pubsub.subscribe(*self._channels)
         except (RedisError, OSError) as error:
             self._current = None
             with contextlib.suppress(RedisError, OSError):
@@ -233,3 +242,7 @@ class Notifier:
             log.info("redis notifications restored")
             self._wake_all()  # messages may have been missed while down
             return pubsub
+
+
+def _channel_name(channel: object) -> str:
+    return channel.decode() if isinstance(channel, bytes) else str(channel)

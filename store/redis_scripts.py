@@ -73,6 +73,23 @@ class Scripts:
             if sha != script.sha:
                 raise RuntimeError(f"script {script.name}: Redis returned sha {sha}")
 
+    async def run_pipelined(
+        self, client: Redis, name: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    ) -> list[Any]:
+        """EVALSHA once per (keys, args) in one pipeline (not a transaction), reloading on NOSCRIPT.
+
+        The calls' keys may lie in different slots (the partitioned store's reads).
+        """
+        script = self._scripts[name]
+        replies = await _evalsha_pipelined(client, script.sha, calls)
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            await client.script_load(script.source)
+            replies = await _evalsha_pipelined(client, script.sha, calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
     async def run(
         self, client: Redis, name: str, keys: Sequence[str], args: Sequence[ArgValue]
     ) -> Any:
@@ -83,3 +100,13 @@ class Scripts:
         except NoScriptError:
             await client.script_load(script.source)
             return await client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+async def _evalsha_pipelined(
+    client: Redis, sha: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+) -> list[Any]:
+    async with client.pipeline(transaction=False) as pipe:
+        for keys, args in calls:
+            pipe.evalsha(sha, len(keys), *keys, *args)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    return replies

@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import json
 import logging
 import random
 import re
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Any
 
@@ -83,7 +94,7 @@ from store.redis_codec import (
     record,
     to_ms,
 )
-from store.redis_notify import Notifier
+from store.redis_notify import Listener, Notifier
 from store.redis_scripts import ArgValue, Scripts
 from store.redis_urls import Connector
 
@@ -206,6 +217,16 @@ def _declare_needed(script: str, declared: Declared, needed: Sequence[Any]) -> N
         raise StoreError(f"{script}.lua asked again for keys it was given")
 
 
+@dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """What the other partitions hold, read just before a submit script (redis_partitioned.py)."""
+
+    tenant_live: int = 0  # the most live jobs of one of the submitting tenants
+    total_live: int = 0
+    # (model, priority) -> ready jobs a new job of that class queues behind
+    ahead: Mapping[tuple[str, Priority], int] = dataclasses.field(default_factory=dict)
+
+
 class RedisStore(Store):
     """The Store protocol on Redis (see store/protocol.py for the semantics)."""
 
@@ -232,10 +253,62 @@ class RedisStore(Store):
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
+        # Hints for declaring keys (see _learn), shared with siblings: keyed
+        # by job id (unique across partitions) or by partition.
         self._job_hints: OrderedDict[str, Declared] = OrderedDict()
-        self._head_hints: dict[tuple[str, ...], list[str]] = {}
-        self._ready_hints: dict[str, deque[str]] = {}
+        self._head_hints: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        self._ready_hints: dict[tuple[str, str], deque[str]] = {}
         self._notifier.on_ready = self._heard_ready
+        # Hooks of the partitioned store (store/redis_partitioned.py), unused
+        # on one partition: where ids come from (one partition's ids), the
+        # jobs other partitions queue ahead of a QUEUED job (Get, Watch), and
+        # the store whose connections this one shares (None: its own).
+        self.new_id: Callable[[], str] = _new_ulid
+        self.position_elsewhere: Callable[[Job], Awaitable[int]] | None = None
+        self.before_submit: Callable[[Sequence[SubmitRequest]], Awaitable[Elsewhere]] | None = None
+        self._shares: RedisStore | None = None
+
+    def sibling(self, partition: str) -> RedisStore:
+        """A store of another partition on this one's connections, scripts and notifier.
+
+        This store opens and closes what they share; the sibling's close()
+        only ends its own work. Call before open() (the notifier subscribes
+        to the sibling's channel too).
+        """
+        twin = copy.copy(self)
+        twin.keys = Keys(partition)
+        twin._background = set()
+        twin._follower = None
+        twin._shares = self
+        self._notifier.add_channel(twin.keys.notify)
+        return twin
+
+    def listen(self, topics: Iterable[str]) -> contextlib.AbstractContextManager[Listener]:
+        """A listener on this store's notifier (every partition sharing it)."""
+        return self._notifier.listen(topics)
+
+    @property
+    def waiter_reads(self) -> asyncio.Semaphore:
+        """The slots re-reads by woken waiters share (see WAITER_READS)."""
+        return self._waiter_reads
+
+    async def run_pipelined(
+        self, operation: str, script: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+    ) -> list[Any]:
+        """A read-only script once per (keys, args), in one pipeline; keys may span partitions."""
+        with self._operation(operation):
+            return await self._scripts.run_pipelined(self._client, script, calls)
+
+    async def read_pipelined(
+        self, operation: str, commands: Sequence[Sequence[ArgValue]]
+    ) -> list[Any]:
+        """Plain commands in one pipeline, not a transaction: keys may lie in several partitions."""
+        with self._operation(operation):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies: list[Any] = await pipe.execute()
+        return replies
 
     def _new_client(
         self, socket_timeout: float | None, retries: int = 1, connections: int = 8
@@ -256,6 +329,8 @@ class RedisStore(Store):
 
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
+        if self._shares is not None:
+            return  # the store it shares with opens the connections
         with reporting(self.on_failure, "open"):
             with _translated("open"):
                 await self._client.ping()
@@ -302,6 +377,10 @@ class RedisStore(Store):
 
     async def close(self) -> None:
         self._closed = True
+        if self._shares is not None:
+            if self._background:
+                await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
+            return  # the connections are the other store's to close
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -437,8 +516,9 @@ class RedisStore(Store):
         while len(self._job_hints) > JOB_HINTS:
             self._job_hints.popitem(last=False)
 
-    def _heard_ready(self, model: str, job_id: str) -> None:
-        self._ready_hints.setdefault(model, deque(maxlen=READY_HINTS)).append(job_id)
+    def _heard_ready(self, channel: str, model: str, job_id: str) -> None:
+        hints = self._ready_hints.setdefault((channel, model), deque(maxlen=READY_HINTS))
+        hints.append(job_id)
 
     def _hinted(self, *job_ids: str) -> Declared:
         """Declare `job_ids` and what this store learned they touch."""
@@ -454,10 +534,10 @@ class RedisStore(Store):
         self._learn(job)
         return job
 
-    def _submitted(self, snapshot: Any) -> Job:
+    def _job_submitted(self, snapshot: Any) -> Job:
         job = self._job(snapshot)
         if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
-            self._heard_ready(job.model, job.id)
+            self._heard_ready(self.keys.notify, job.model, job.id)
         return job
 
     def _claimed(self, entry: Any) -> ClaimedJob:
@@ -469,16 +549,39 @@ class RedisStore(Store):
         return claimed
 
     # Submit --------------------------------------------------------------------
+    async def _elsewhere(self, requests: Sequence[SubmitRequest]) -> Elsewhere:
+        return Elsewhere() if self.before_submit is None else await self.before_submit(requests)
+
+    def _caps(self, elsewhere: Elsewhere) -> tuple[int, int]:
+        """(max_live_per_tenant, max_live_total) as this partition applies them."""
+        s = self.settings
+        return (
+            max(s.max_live_per_tenant - elsewhere.tenant_live, 0),
+            max(s.max_live_total - elsewhere.total_live, 0),
+        )
+
+    async def _submitted(self, reused: bool, snapshot: Any, elsewhere: Elsewhere) -> SubmitResult:
+        job = self._job_submitted(snapshot)
+        if reused:
+            job = await self._positioned(job)  # an older job: count as Get does
+        elif job.queue_position is not None:
+            # a new job queues behind what the other partitions held just before
+            ahead = elsewhere.ahead.get((job.model, job.priority), 0)
+            job = dataclasses.replace(job, queue_position=job.queue_position + ahead)
+        return SubmitResult(job=job, reused=reused)
+
     async def submit(self, request: SubmitRequest) -> SubmitResult:
         spec, payloads = self._spec(request)
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+        elsewhere = await self._elsewhere([request])
+        per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
             request.tenant,
             request.fingerprint(),
-            self.settings.max_live_per_tenant,
-            self.settings.max_live_total,
+            per_tenant,
+            total,
             self.settings.max_group_children,
             json.dumps(spec),
             1 if keys else 0,
@@ -488,7 +591,7 @@ class RedisStore(Store):
             "submit", keys, args, _spec_declared(spec), trailing=[self._op_key()]
         )
         _check_code(reply, max_group_children=self.settings.max_group_children)
-        return SubmitResult(job=self._submitted(reply[2]), reused=bool(reply[1]))
+        return await self._submitted(bool(reply[1]), reply[2], elsewhere)
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
         if not requests:
@@ -515,9 +618,11 @@ class RedisStore(Store):
             )
             payloads.extend(item_payloads)
         s = self.settings
+        elsewhere = await self._elsewhere(requests)
+        per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
-            s.max_live_per_tenant,
-            s.max_live_total,
+            per_tenant,
+            total,
             s.max_group_children,
             len(items),
             *items,
@@ -530,14 +635,14 @@ class RedisStore(Store):
             error = error_for(reply[0], max_group_children=s.max_group_children)
             raise error.for_item(int(reply[1]))
         return [
-            SubmitResult(job=self._submitted(snap), reused=bool(flag))
+            await self._submitted(bool(flag), snap, elsewhere)
             for flag, snap in zip(reply[1], reply[2], strict=True)
         ]
 
     def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
         effective = limits(spec, self.settings)
         return {
-            "id": str(ULID()),
+            "id": self.new_id(),
             "model": spec.model,
             "content_type": spec.content_type,
             "labels": json.dumps(dict(spec.labels), sort_keys=True),
@@ -556,7 +661,7 @@ class RedisStore(Store):
                 for index, child in enumerate(work.children)
             ]
             parent: dict[str, Any] = {
-                "id": str(ULID()),
+                "id": self.new_id(),
                 "model": work.children[0].model if work.children else "",
                 "content_type": "",
                 "labels": "{}",
@@ -597,7 +702,14 @@ class RedisStore(Store):
             transition=False,
         )
         _check_code(reply, job_id)
-        return self._job(reply[1])
+        return await self._positioned(self._job(reply[1]))
+
+    async def _positioned(self, job: Job) -> Job:
+        """The job with the jobs other partitions queue ahead of it counted in."""
+        if self.position_elsewhere is None or job.queue_position is None:
+            return job
+        ahead = await self.position_elsewhere(job)
+        return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
         reply = await self._run(
@@ -662,9 +774,10 @@ class RedisStore(Store):
     def _claim_declared(self, models: list[str], *more: Declared) -> Declared:
         """A claim's declaration: its models, the head ids the last claim saw
         and the ids last heard becoming claimable."""
-        declared = Declared(list(self._head_hints.get(tuple(models), ())), list(models))
+        heads = self._head_hints.get((self.keys.partition, tuple(models)), [])
+        declared = Declared(list(heads), list(models))
         for model in models:
-            declared.add(self._ready_hints.get(model, ()))
+            declared.add(self._ready_hints.get((self.keys.notify, model), ()))
         for extra in more:
             declared.add(extra.ids, extra.models, extra.raw)
         return declared
@@ -733,7 +846,8 @@ class RedisStore(Store):
         """The next claim of `models` declares the heads seen now, and the
         parents of the children just claimed (their siblings queue next)."""
         parents = [c.job.parent_id for c in claimed if c.job.parent_id]
-        self._head_hints[tuple(models)] = [*_texts(hints), *dict.fromkeys(parents)]
+        heads = [*_texts(hints), *dict.fromkeys(parents)]
+        self._head_hints[(self.keys.partition, tuple(models))] = heads
 
     async def _shielded_claim(
         self,
@@ -1042,6 +1156,10 @@ class RedisStore(Store):
         result = {m.decode(): 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
+
+
+def _new_ulid() -> str:
+    return str(ULID())
 
 
 def _recheck() -> float:

@@ -132,6 +132,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.config = config
         self.handler = handler
+        #: Job tasks and runs by lease id (one job may be held twice, briefly).
         self.active: dict[str, asyncio.Task[None]] = {}
         self.claimed_total = 0
         self._link = Link()
@@ -246,9 +247,11 @@ class Worker:
         """Report `results` and claim up to max_jobs; None when a stop cut the poll."""
         if not self.fast_path:
             return await self._claim(stub, max_jobs)
-        # With results in hand, ask without waiting: their answers come back at
-        # once, and an empty claim is followed by a long poll without them.
-        wait = 0.0 if results else self.config.claim_wait
+        # Results ride with the long poll: the server applies them before it
+        # waits, so at a near-empty queue a job costs one call, not two (the
+        # answers come back with the next job; a stop cuts the poll and the
+        # flush sends them again, which is safe: a repeated result is APPLIED).
+        wait = self.config.claim_wait if max_jobs > 0 else 0.0
         call = self._report_and_claim(stub, results, max_jobs, wait)
         self._polling = wait > 0
         if self._polling:
@@ -386,10 +389,16 @@ class Worker:
             link=self._link,
             heartbeats=self._heartbeats,
         )
+        for older in [r for r in self._runs.values() if r.job_id == job.id]:
+            # The server leased this job again (its run timeout or lease ran
+            # out): the older attempt's lease is gone, so its handler stops now
+            # instead of waiting for a heartbeat that no longer names it.
+            older.abandon("the job was leased again: this attempt's lease is gone")
+        lease_id = claimed.lease_id
         task = asyncio.create_task(self._guarded(run), name=f"job-{job.id}")
-        self.active[job.id] = task
-        self._runs[job.id] = run
-        task.add_done_callback(lambda _: self._finished(job.id))
+        self.active[lease_id] = task
+        self._runs[lease_id] = run
+        task.add_done_callback(lambda _: self._finished(lease_id))
 
     async def _guarded(self, run: JobRun) -> None:
         try:
@@ -399,9 +408,9 @@ class Worker:
         except Exception:  # a bug of ours must not kill the daemon either
             log.exception("job: unexpected worker error", extra=run.log_fields)
 
-    def _finished(self, job_id: str) -> None:
-        self.active.pop(job_id, None)
-        self._runs.pop(job_id, None)
+    def _finished(self, lease_id: str) -> None:
+        self.active.pop(lease_id, None)
+        self._runs.pop(lease_id, None)
         self._wakeup.set()
 
     async def _until_stopping(self, waiting: Coroutine[Any, Any, Any]) -> None:

@@ -83,6 +83,8 @@ class Heartbeats:
         self._progress_interval = progress_interval
         #: Beat through ReportAndClaim while the server has it.
         self.fast_path = True
+        #: By lease id: a worker may briefly hold two attempts of one job (the
+        #: server re-leased it after a run timeout); each keeps its own beats.
         self._leases: dict[str, _Lease] = {}
         self._wake = asyncio.Event()
         self._stub: worker_service_pb2_grpc.WorkerServiceAsyncStub | None = None
@@ -104,16 +106,16 @@ class Heartbeats:
         """Keep `job` alive from now on; its fresh lease lasts `lease` seconds."""
         now = asyncio.get_running_loop().time()
         interval = lease / 3
-        self._leases[job.job_id] = _Lease(job, interval, due=now + interval, last_sent=now)
+        self._leases[job.lease_id] = _Lease(job, interval, due=now + interval, last_sent=now)
         self._wake.set()
 
-    def release(self, job_id: str) -> None:
-        """No more beats for this job (reported, abandoned or handed back)."""
-        self._leases.pop(job_id, None)
+    def release(self, lease_id: str) -> None:
+        """No more beats for this lease (reported, abandoned or handed back)."""
+        self._leases.pop(lease_id, None)
 
-    def progressed(self, job_id: str) -> None:
+    def progressed(self, lease_id: str) -> None:
         """The handler reported progress: beat sooner. Safe from any thread."""
-        lease = self._leases.get(job_id)
+        lease = self._leases.get(lease_id)
         if lease is not None and not lease.progressed and self._loop is not None:
             lease.progressed = True
             with contextlib.suppress(RuntimeError):  # the loop closed under a stuck handler
@@ -221,7 +223,7 @@ class Heartbeats:
             self._applied(lease, sent, cancel_requested=response.cancel_requested)
 
     def _holds(self, lease: _Lease) -> bool:
-        return self._leases.get(lease.job.job_id) is lease
+        return self._leases.get(lease.job.lease_id) is lease
 
     def _applied(self, lease: _Lease, sent: float, *, cancel_requested: bool) -> None:
         self._link.ok()
@@ -242,7 +244,7 @@ class Heartbeats:
     def _abandon(self, lease: _Lease, why: str) -> None:
         if why == "cancelled by request":
             log.info("job cancel requested by the gateway", extra=lease.job.log_fields)
-        self.release(lease.job.job_id)
+        self.release(lease.job.lease_id)
         lease.job.abandon(why)
 
 

@@ -185,7 +185,7 @@ class JobRun:
 
     def _on_report(self) -> None:
         # Called from the handler's thread (or the loop): beat sooner.
-        self._heartbeats.progressed(self.job_id)
+        self._heartbeats.progressed(self.lease_id)
 
     async def run(self) -> None:
         """Run the handler while heartbeating; report the outcome unless abandoned."""
@@ -212,7 +212,7 @@ class JobRun:
             await self._report_shutdown()
             raise
         finally:
-            self._heartbeats.release(self.job_id)
+            self._heartbeats.release(self.lease_id)
         if self.abandoned is not None:
             log.info(
                 "job stopped without a result", extra={**self.log_fields, "why": self.abandoned}

@@ -64,10 +64,12 @@ def test_drain_has_a_row_per_topology_and_concurrency(report: str) -> None:
             _row(report, topology, concurrency, "200")
 
 
-def test_latency_has_percentiles_per_topology(report: str) -> None:
+def test_latency_has_percentiles_per_topology_and_concurrency(report: str) -> None:
     section = report.split("## 3. ", 1)[1].split("## 4. ", 1)[0]
     for topology in TOPOLOGIES:
-        assert re.search(rf"\| {re.escape(topology)} \|( [\d.]+ \|){{6}}", section), topology
+        for concurrency in ("1", "8"):
+            row = rf"\| {re.escape(topology)} \| {concurrency} \|( [\d.]+ \|){{6}}"
+            assert re.search(row, section), (topology, concurrency)
 
 
 def test_cpu_has_a_column_per_process_and_names_the_busiest(report: str) -> None:

@@ -300,3 +300,47 @@ def test_a_reader_that_stops_early_is_not_an_error(
     assert process.wait(timeout=20) == 0
     assert process.stderr.read() == b""
     process.stderr.close()
+
+
+async def _submit_to_every_partition(url: str, partition: str, partitions: int) -> list[str]:
+    store = open_store(url, StoreSettings(), partition=partition, partitions=partitions)
+    await store.open()
+    try:
+        request = SubmitRequest(tenant="acme", work=JobSpec(model=MODEL, payload=b"hello"))
+        # unkeyed submits take the partitions in turn
+        return [(await store.submit(request)).job.id for _ in range(partitions)]
+    finally:
+        await store.close()
+
+
+def test_lists_the_events_of_every_partition(
+    redis_server: RedisServer, partition: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_ids = asyncio.run(_submit_to_every_partition(redis_server.url, partition, 3))
+    args = [*redis_args(redis_server, partition), "--redis-partitions", "3", "--json"]
+    code, lines, _ = run_events(capsys, *args)
+    assert code == 0
+    assert sorted(json.loads(line)["job_id"] for line in lines) == sorted(job_ids)
+
+
+def test_partitions_come_from_the_environment(
+    redis_server: RedisServer,
+    partition: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job_ids = asyncio.run(_submit_to_every_partition(redis_server.url, partition, 2))
+    monkeypatch.setenv("JOBGATE_REDIS_PARTITIONS", "2")
+    code, lines, _ = run_events(capsys, *redis_args(redis_server, partition))
+    assert code == 0
+    assert len(lines) == len(job_ids)
+
+
+@pytest.mark.parametrize("value", ["0", "1025", "many"])
+def test_a_bad_partition_count_is_a_one_line_error_and_exit_2(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    code, _, err = run_events(capsys, "--redis-url", redis_server.url, "--redis-partitions", value)
+    assert code == 2
+    assert len(err.splitlines()) == 1
+    assert "--redis-partitions: expected" in err

@@ -30,6 +30,8 @@ from tests.e2e.harness import (
 from tests.redis_server import RedisServer
 
 TOPOLOGIES = ["embedded", pytest.param("redis", marks=pytest.mark.redis)]
+# The shared deployment also runs on three partitions (--redis-partitions 3).
+DEPLOYMENT_TOPOLOGIES = [*TOPOLOGIES, pytest.param("redis3", marks=pytest.mark.redis)]
 
 # Admission caps small enough to reach in a test.
 CAPS: Mapping[str, str] = {
@@ -51,10 +53,12 @@ def start_deployment(
         return embedded_deployment(workdir, settings).start()
     redis: RedisServer = request.getfixturevalue("redis_server")
     partition = f"e2e{uuid.uuid4().hex[:10]}"
+    if request.param == "redis3":
+        settings = {**settings, "redis-partitions": "3"}
     return redis_deployment(workdir, redis.url, partition, settings).start()
 
 
-@pytest.fixture(scope="session", params=TOPOLOGIES)
+@pytest.fixture(scope="session", params=DEPLOYMENT_TOPOLOGIES)
 def deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:

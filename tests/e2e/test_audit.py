@@ -17,14 +17,16 @@ import pytest
 from tests.e2e.api import Api, spec
 from tests.e2e.harness import REPO_ROOT, Deployment, server_environment
 
-# The embedded store's stream lives inside the serve process: Redis topology only.
-pytestmark = pytest.mark.parametrize("deployment", ["redis"], indirect=True)
+# The embedded store's stream lives inside the serve process: Redis topologies only
+# (one partition, and three merged by `jobgate events --redis-partitions 3`).
+pytestmark = pytest.mark.parametrize("deployment", ["redis", "redis3"], indirect=True)
 
 
 def events_of(deployment: Deployment, job_id: str) -> list[dict[str, Any]]:
     argv = [sys.executable, "-m", "jobgate.cli", "events", "--json", "--job", job_id]
     argv += ["--redis-url", deployment.settings["redis-url"]]
     argv += ["--redis-partition", deployment.settings["redis-partition"]]
+    argv += ["--redis-partitions", deployment.settings.get("redis-partitions", "1")]
     completed = subprocess.run(
         argv,
         capture_output=True,

@@ -290,20 +290,25 @@ async def test_an_unreachable_store_pauses_the_log_once_then_it_resumes(
     assert "audit log resumed" in messages
 
 
-async def _replica(make_harness: MakeHarness, url: str, partition: str) -> Harness:
-    store = open_store(url, StoreSettings(), partition=partition)
+async def _replica(
+    make_harness: MakeHarness, url: str, partition: str, partitions: int = 1
+) -> Harness:
+    store = open_store(url, StoreSettings(), partition=partition, partitions=partitions)
     return await make_harness(settings=ServerSettings(redis_url=url), store=store)
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("partitions", [1, 3])
 async def test_two_redis_replicas_log_each_transition_once(
     make_harness: MakeHarness,
     redis_server: RedisServer,
     partition: str,
     audit_caplog: pytest.LogCaptureFixture,
+    partitions: int,
 ) -> None:
-    first = await _replica(make_harness, redis_server.url, partition)
-    second = await _replica(make_harness, redis_server.url, partition)
+    # on 3 partitions the group lives in one and the log reads the merged streams
+    first = await _replica(make_harness, redis_server.url, partition, partitions)
+    second = await _replica(make_harness, redis_server.url, partition, partitions)
     async with audited(first) as one, audited(second) as two:
 
         async def one_follows() -> bool:

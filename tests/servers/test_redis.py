@@ -10,8 +10,10 @@ import pytest
 
 from jobgate.v1 import job_pb2, job_service_pb2
 from serving.background import StoreProbe
+from serving.runner import open_configured_store
 from serving.settings import ServerSettings
 from store import StoreSettings, open_store
+from store.redis_partitioned import PartitionedRedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.servers.conftest import MakeHarness
@@ -20,16 +22,40 @@ from tests.servers.harness import Harness, fails, next_job, rest_of
 pytestmark = pytest.mark.redis
 
 
-async def _replica(make_harness: MakeHarness, url: str, partition: str) -> Harness:
-    store = open_store(url, StoreSettings(), partition=partition)
+async def _replica(
+    make_harness: MakeHarness, url: str, partition: str, partitions: int = 1
+) -> Harness:
+    store = open_store(url, StoreSettings(), partition=partition, partitions=partitions)
     return await make_harness(settings=ServerSettings(redis_url=url), store=store)
 
 
-async def test_submit_on_one_replica_wakes_a_claim_on_another(
-    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+@pytest.fixture(params=[1, 3])
+def partitions(request: pytest.FixtureRequest) -> int:
+    """--redis-partitions of the replicas: one, or three (the partitioned store)."""
+    return int(request.param)
+
+
+async def test_the_runner_builds_the_store_of_redis_partitions(
+    redis_server: RedisServer, partition: str
 ) -> None:
-    first = await _replica(make_harness, redis_server.url, partition)
-    second = await _replica(make_harness, redis_server.url, partition)
+    settings = ServerSettings(
+        redis_url=redis_server.url, redis_partition=partition, redis_partitions=3
+    )
+    store = await open_configured_store(settings)
+    try:
+        assert isinstance(store, PartitionedRedisStore)
+        assert [part.keys.partition for part in store.parts] == [
+            f"{partition}/{index}" for index in range(3)
+        ]
+    finally:
+        await store.close()
+
+
+async def test_submit_on_one_replica_wakes_a_claim_on_another(
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str, partitions: int
+) -> None:
+    first = await _replica(make_harness, redis_server.url, partition, partitions)
+    second = await _replica(make_harness, redis_server.url, partition, partitions)
     waiting = asyncio.create_task(second.claim(wait=20))
 
     async def polling() -> bool:
@@ -44,10 +70,10 @@ async def test_submit_on_one_replica_wakes_a_claim_on_another(
 
 
 async def test_stream_on_one_replica_sees_a_result_set_on_another(
-    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str, partitions: int
 ) -> None:
-    first = await _replica(make_harness, redis_server.url, partition)
-    second = await _replica(make_harness, redis_server.url, partition)
+    first = await _replica(make_harness, redis_server.url, partition, partitions)
+    second = await _replica(make_harness, redis_server.url, partition, partitions)
     job = await first.submit()
     stream = first.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id=job.id))
     assert (await next_job(stream)).status == job_pb2.JOB_STATUS_QUEUED
@@ -57,10 +83,10 @@ async def test_stream_on_one_replica_sees_a_result_set_on_another(
 
 
 async def test_stream_on_one_replica_refreshes_the_queue_position_after_a_claim_on_another(
-    make_harness: MakeHarness, redis_server: RedisServer, partition: str
+    make_harness: MakeHarness, redis_server: RedisServer, partition: str, partitions: int
 ) -> None:
-    first = await _replica(make_harness, redis_server.url, partition)
-    second = await _replica(make_harness, redis_server.url, partition)
+    first = await _replica(make_harness, redis_server.url, partition, partitions)
+    second = await _replica(make_harness, redis_server.url, partition, partitions)
     await first.submit()
     behind = await first.submit()
     stream = first.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id=behind.id))

@@ -142,3 +142,26 @@ def test_a_bad_switch_names_its_flag() -> None:
 def test_a_switch_shows_its_default_as_off() -> None:
     [flag] = [flag for flag in FLAGS if flag.name == "log_transitions"]
     assert "(default off)" in help_text(flag)
+
+
+def test_redis_partitions_defaults_to_one() -> None:
+    assert parse([]).redis_partitions == 1
+
+
+def test_redis_partitions_comes_from_the_flag_over_the_environment() -> None:
+    assert (
+        parse(["--redis-partitions", "12"], {"JOBGATE_REDIS_PARTITIONS": "4"}).redis_partitions
+        == 12
+    )
+    assert parse([], {"JOBGATE_REDIS_PARTITIONS": "4"}).redis_partitions == 4
+
+
+@pytest.mark.parametrize("value", ["0", "1025", "-3", "two", ""])
+def test_a_partition_count_out_of_range_is_reported_against_its_flag(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"^--redis-partitions: expected"):
+        parse(["--redis-partitions", value])
+
+
+def test_a_bad_partition_count_in_the_environment_names_the_variable() -> None:
+    with pytest.raises(SettingsError, match=r"^JOBGATE_REDIS_PARTITIONS: expected 1\.\.1024"):
+        parse([], {"JOBGATE_REDIS_PARTITIONS": "2000"})

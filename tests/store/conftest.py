@@ -1,4 +1,5 @@
-"""Store fixtures: every contract test runs on LocalStore and on RedisStore (real redis-server).
+"""Store fixtures: every contract test runs on LocalStore, on RedisStore (real redis-server)
+and on a PartitionedRedisStore of three partitions on the same redis-server ("redis3").
 
 `store` is a store with the default settings; `make_store(**overrides)` makes
 one with other StoreSettings (short leases, small caps...). Each store gets
@@ -30,9 +31,19 @@ from tests.redis_server import RedisServer
 MakeStore = Callable[..., Awaitable[Store]]
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis3", marks=pytest.mark.redis),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+#: --redis-partitions of each backend ("redis3": the partitioned store).
+PARTITIONS = {"memory": 1, "redis": 1, "redis3": 3}
 
 
 @pytest.fixture
@@ -45,13 +56,16 @@ def store_url(backend: str, request: pytest.FixtureRequest) -> str | None:
 
 
 @pytest.fixture
-async def make_store(store_url: str | None, partition: str) -> AsyncIterator[MakeStore]:
+async def make_store(
+    store_url: str | None, partition: str, backend: str
+) -> AsyncIterator[MakeStore]:
     opened: list[Store] = []
     numbers = itertools.count()
 
     async def make(**overrides: Any) -> Store:
         settings = dataclasses.replace(StoreSettings(), **overrides)
-        store = open_store(store_url, settings, partition=f"{partition}-{next(numbers)}")
+        name = f"{partition}-{next(numbers)}"
+        store = open_store(store_url, settings, partition=name, partitions=PARTITIONS[backend])
         await store.open()
         opened.append(store)
         return store
@@ -133,6 +147,11 @@ async def complete(store: Store, claimed: ClaimedJob, result: bytes = b"done") -
 
 async def status_of(store: Store, job_id: str, tenant: str = TENANT) -> JobStatus:
     return (await store.get(tenant, job_id)).status
+
+
+def partitions_of(store: Store) -> int:
+    """How many partitions (each with its own audit stream) the store spreads over."""
+    return len(getattr(store, "parts", ())) or 1
 
 
 class _CountsWaitingClaims(Protocol):

@@ -37,6 +37,7 @@ from store.model import (
 )
 from store.policy import lua_policy
 from store.redis_notify import Notifier
+from store.redis_partitioned import PartitionedRedisStore
 from store.redis_scripts import read_script, script_names
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
@@ -340,6 +341,20 @@ async def exercise(store: RedisStore, fast: RedisStore, cold: RedisStore) -> Non
     await assert_eventually(lambda: _recovered(store, late.id, JobStatus.FAILED))
     assert await store.acquire_leadership("audit", timedelta(seconds=5))
     await exercise_cold(store, cold)
+    await exercise_partitioned(store.url)
+
+
+async def exercise_partitioned(url: str) -> None:
+    """The partitioned store's own script (position_elsewhere) and its calls."""
+    spread = PartitionedRedisStore(url, StoreSettings(), f"spread-{uuid.uuid4().hex[:8]}", 3)
+    await spread.open()
+    try:
+        jobs = [(await spread.submit(single("m-spread"))).job for _ in range(6)]
+        assert (await spread.get(TENANT, jobs[-1].id)).queue_position == 5
+        for claimed in await spread.claim("w1", ["m-spread"], max_jobs=6):
+            await spread.set_result(claimed.job.id, claimed.lease_id, JobStatus.COMPLETED)
+    finally:
+        await spread.close()
 
 
 async def exercise_cold(store: RedisStore, cold: RedisStore) -> None:
@@ -471,18 +486,18 @@ def _no_client() -> AsyncRedis:
     raise AssertionError("the notifier is never started here")
 
 
-def _notifier_heard(message: bytes) -> tuple[bool, list[tuple[str, str]]]:
+def _notifier_heard(message: bytes) -> tuple[bool, list[tuple[str, str, str]]]:
     """(did a listener of "r m" wake, the hints handed on) for one message."""
     notifier = Notifier(_no_client, "channel")
-    heard: list[tuple[str, str]] = []
-    notifier.on_ready = lambda model, job_id: heard.append((model, job_id))
+    heard: list[tuple[str, str, str]] = []
+    notifier.on_ready = lambda channel, model, job_id: heard.append((channel, model, job_id))
     with notifier.listen(["r m"]) as listener:
-        notifier._dispatch({"type": "message", "data": message})
+        notifier._dispatch({"type": "message", "channel": b"channel", "data": message})
         return listener.event.is_set(), heard
 
 
 def test_a_ready_message_wakes_its_model_and_hands_on_the_id() -> None:
-    assert _notifier_heard(b"r m 01JOB") == (True, [("m", "01JOB")])
+    assert _notifier_heard(b"r m 01JOB") == (True, [("channel", "m", "01JOB")])
 
 
 def test_a_ready_message_without_an_id_still_wakes_its_model() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +27,7 @@ SERVER_SETTINGS = {
 }
 
 
-def started(workdir: Path, settings: dict[str, str]) -> Iterator[Deployment]:
+def started(workdir: Path, settings: dict[str, str]) -> Generator[Deployment, None, None]:
     """A running `jobgate serve` with `settings`, stopped when the generator closes."""
     deployment = embedded_deployment(workdir, settings)
     try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,13 @@ from jobgate.v1 import job_pb2
 from jobgate.worker import Worker
 from tests.e2e.harness import Deployment
 from tests.helpers import assert_eventually
-from tests.worker.conftest import LEASE_SECONDS, running_worker, worker_config
+from tests.worker.conftest import (
+    LEASE_SECONDS,
+    SERVER_SETTINGS,
+    running_worker,
+    started,
+    worker_config,
+)
 
 
 async def finished(client: JobClient, job_id: str, timeout: float = 15.0) -> job_pb2.Job:
@@ -316,6 +324,33 @@ async def test_a_lost_lease_stops_the_job_without_a_result(
     assert done.status == job_pb2.JOB_STATUS_FAILED
     assert done.error_code != "HANDLER_ERROR"  # the server's verdict, not the late handler's
     assert (await client.get(job.id)).result == b""
+
+
+async def test_a_job_leased_again_to_the_same_worker_stops_its_older_attempt(
+    tmp_path: Path, model: str
+) -> None:
+    # A long lease (beats 10 s apart) and a quick retry: the worker's free slot
+    # claims the attempt the run timeout requeued while the first attempt's
+    # handler still runs, long before that attempt's next heartbeat. The older
+    # attempt must be told to stop then (its lease is gone), not left running
+    # beside the new one.
+    settings = {**SERVER_SETTINGS, "lease-timeout": "30", "retry-backoff": "0.05"}
+    first_stopped = threading.Event()
+
+    def overruns(ctx: JobContext) -> str:
+        if ctx.cancel_event.wait(20) and ctx.attempt == 1:
+            first_stopped.set()
+        return "late"
+
+    with contextlib.closing(started(tmp_path, settings)) as deployments:
+        deployment = next(deployments)
+        async with (
+            JobClient(deployment.job_target, timeout=10.0) as client,
+            running_worker(deployment.worker_target, model, overruns, concurrency=2),
+        ):
+            job = await client.submit(model, b"x", max_attempts=2, run_timeout=0.5)
+            assert (await finished(client, job.id)).attempts == 2
+            assert await asyncio.to_thread(first_stopped.wait, 5)
 
 
 async def test_pointing_the_worker_at_the_job_service_exits_with_an_error(

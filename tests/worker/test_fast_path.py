@@ -72,10 +72,37 @@ async def test_queued_jobs_run_with_no_set_result_or_claim_next_call(harness: Ha
     async with running_worker(target, model, noop, concurrency=1) as worker:
         await all_completed(harness, ids)
         assert worker.fast_path
+        # A graceful stop: the last result, riding with the open long poll,
+        # goes again in a report of its own (the fixture's forced stop would
+        # hand its job back with a SetResult instead).
+        worker.stop()
+
+        async def drained() -> bool:
+            return not worker.active
+
+        await assert_eventually(drained)
     assert await handled(harness, "SetResult") == 0
     assert await handled(harness, "ClaimNext") == 0
     # One call per job (result + next claim), plus the first claim and the last report.
     assert await handled(harness, "ReportAndClaim") <= len(ids) + 3
+
+
+async def test_at_an_empty_queue_a_result_rides_with_the_next_long_poll(
+    harness: Harness,
+) -> None:
+    model = unique_model()
+    target = f"127.0.0.1:{harness.worker_port}"
+    async with running_worker(target, model, noop, concurrency=1, claim_wait=30.0):
+        ids = await submit(harness, model, 1)
+        await all_completed(harness, ids)
+
+        async def polling() -> bool:
+            return harness.serving.lifecycle.in_flight >= 1
+
+        await assert_eventually(polling)
+        # Only the claim that fetched the job has finished: the result is
+        # riding with the open long poll, not sent in a call of its own.
+        assert await handled(harness, "ReportAndClaim") == 1
 
 
 async def test_concurrent_results_share_calls(harness: Harness) -> None:

@@ -1,0 +1,413 @@
+"""PartitionedRedisStore (--redis-partitions N > 1): what only spreading over partitions has.
+
+The shared semantics run on it through the contract suite ("redis3"); these
+tests show where things live (ids, keys, groups), that claims and long polls
+span the partitions, that positions and the audit stream add them up, and
+what a claim costs. All on the session redis-server, each test on fresh
+partition names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from store import InvalidRequest, QuotaExceeded, StoreSettings, StoreUnavailable, open_store
+from store.keys import MAX_PARTITIONS, partition_tags
+from store.model import GroupSpec, JobSpec, JobStatus, Priority, ResultReport, SubmitRequest
+from store.redis_partitioned import PartitionedRedisStore, PartitionIds, partition_of
+from store.redis_store import RedisStore
+from tests.helpers import assert_eventually
+from tests.redis_server import RedisServer
+from tests.store.conftest import claim_is_waiting
+
+pytestmark = pytest.mark.redis
+
+TENANT = "acme"
+MODEL = "llm-small"
+Factory = Callable[..., Awaitable[PartitionedRedisStore]]
+
+
+def single(
+    tenant: str = TENANT, key: str = "", priority: Priority = Priority.BATCH
+) -> SubmitRequest:
+    return SubmitRequest(tenant, JobSpec(MODEL, b"input"), priority, idempotency_key=key)
+
+
+def group(size: int, key: str = "") -> SubmitRequest:
+    children = tuple(JobSpec(MODEL, f"child {i}".encode()) for i in range(size))
+    return SubmitRequest(TENANT, GroupSpec(children), idempotency_key=key)
+
+
+def done() -> ResultReport:
+    return ResultReport(JobStatus.COMPLETED, b"done")
+
+
+@pytest.fixture
+async def make(redis_server: RedisServer, partition: str) -> AsyncIterator[Factory]:
+    """make(partitions, **settings): a store of the test's deployment; the same name each call."""
+    opened: list[PartitionedRedisStore] = []
+
+    async def build(partitions: int = 3, **settings: Any) -> PartitionedRedisStore:
+        store = open_store(
+            redis_server.url, StoreSettings(**settings), partition=partition, partitions=partitions
+        )
+        assert isinstance(store, PartitionedRedisStore)
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield build
+    for store in opened:
+        await store.close()
+
+
+@pytest.fixture
+async def raw(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+# -- where things live -------------------------------------------------------------
+
+
+def test_one_partition_is_the_plain_store_under_its_old_tag() -> None:
+    store = open_store("redis://127.0.0.1:1", StoreSettings(), partition="prod", partitions=1)
+    assert type(store) is RedisStore
+    assert store.keys.prefix == "jobgate:{prod}:"
+
+
+def test_several_partitions_are_tagged_name_slash_index() -> None:
+    assert partition_tags("prod", 3) == ["prod/0", "prod/1", "prod/2"]
+    store = open_store("redis://127.0.0.1:1", StoreSettings(), partition="prod", partitions=3)
+    assert isinstance(store, PartitionedRedisStore)
+    assert [part.keys.prefix for part in store.parts] == [
+        "jobgate:{prod/0}:",
+        "jobgate:{prod/1}:",
+        "jobgate:{prod/2}:",
+    ]
+
+
+@pytest.mark.parametrize("count", [0, MAX_PARTITIONS + 1])
+def test_a_partition_count_out_of_range_is_refused(count: int) -> None:
+    with pytest.raises(ValueError, match=r"partitions must be 1\.\.1024"):
+        open_store("redis://127.0.0.1:1", StoreSettings(), partitions=count)
+
+
+@pytest.mark.parametrize("partitions", [2, 3, 12, 1024])
+def test_ids_are_drawn_in_the_partition_asked_for_and_increase(partitions: int) -> None:
+    ids = PartitionIds(partitions)
+    drawn = [ids.new(i % partitions) for i in range(3 * partitions)]
+    assert [partition_of(job_id, partitions) for job_id in drawn] == [
+        i % partitions for i in range(3 * partitions)
+    ]
+    assert drawn == sorted(set(drawn))
+
+
+async def test_a_job_lives_in_its_ids_partition(make: Factory, raw: Redis) -> None:
+    store = await make()
+    for _ in range(6):
+        job = (await store.submit(single())).job
+        home = store.parts[partition_of(job.id, 3)]
+        held = [bool(await raw.exists(part.keys.job(job.id))) for part in store.parts]
+        assert held == [part is home for part in store.parts]
+
+
+async def test_unkeyed_submits_take_the_partitions_in_turn(make: Factory) -> None:
+    store = await make()
+    jobs = [(await store.submit(single())).job for _ in range(6)]
+    homes = [partition_of(job.id, 3) for job in jobs]
+    assert sorted(homes[:3]) == [0, 1, 2]
+    assert homes[3:] == homes[:3]
+
+
+async def test_a_groups_children_live_in_the_parents_partition(make: Factory) -> None:
+    store = await make()
+    parent = (await store.submit(group(8))).job
+    homes = {partition_of(child.id, 3) for child in parent.children}
+    assert homes == {partition_of(parent.id, 3)}
+
+
+async def test_keyed_submits_of_a_tenant_go_to_its_partition(make: Factory) -> None:
+    store = await make()
+    jobs = [(await store.submit(single(key=f"k{i}"))).job for i in range(5)]
+    assert {partition_of(job.id, 3) for job in jobs} == {partition_of(TENANT, 3)}
+
+
+async def test_a_keyed_submit_finds_its_original_through_another_gateway(make: Factory) -> None:
+    first, second = await make(), await make()  # two replicas of one deployment
+    original = (await first.submit(single(key="once"))).job
+    for _ in range(3):  # whatever partition the round-robin would pick next
+        again = await second.submit(single(key="once"))
+        assert (again.job.id, again.reused) == (original.id, True)
+
+
+async def test_a_batch_with_a_keyed_item_is_made_in_the_tenants_partition(make: Factory) -> None:
+    store = await make()
+    made = await store.submit_batch([single(), single(key="k"), group(2)])
+    homes = {partition_of(result.job.id, 3) for result in made}
+    assert homes == {partition_of(TENANT, 3)}
+    again = await store.submit_batch([single(key="k")])
+    assert (again[0].job.id, again[0].reused) == (made[1].job.id, True)
+
+
+async def test_caps_count_the_live_jobs_of_every_partition(make: Factory) -> None:
+    store = await make(max_live_per_tenant=4)
+    for _ in range(4):  # spread over the three partitions
+        await store.submit(single())
+    with pytest.raises(QuotaExceeded):
+        await store.submit(single())
+
+
+# -- claims --------------------------------------------------------------------------
+
+
+async def test_claims_follow_submit_order_across_partitions(make: Factory) -> None:
+    store = await make()
+    ids = [(await store.submit(single())).job.id for _ in range(9)]
+    claimed = [(await store.claim("w1", [MODEL]))[0].job.id for _ in range(9)]
+    assert claimed == ids
+
+
+async def test_a_busy_partition_does_not_starve_the_others(make: Factory) -> None:
+    store = await make()
+    # one tenant's keyed flood fills its partition first (its sequence runs
+    # far ahead), then other partitions get unkeyed jobs
+    flood = [(await store.submit(single(key=f"k{i}"))).job.id for i in range(6)]
+    later = [(await store.submit(single(tenant="other"))).job.id for _ in range(3)]
+    claimed = [(await store.claim("w1", [MODEL]))[0].job.id for _ in range(9)]
+    assert claimed == flood + later
+
+
+async def test_a_higher_priority_in_another_partition_is_claimed_first(make: Factory) -> None:
+    store = await make()
+    batch = [(await store.submit(single(key=f"b{i}"))).job for i in range(3)]
+    elsewhere = store.parts[(partition_of(TENANT, 3) + 1) % 3]
+    urgent = (await elsewhere.submit(single(priority=Priority.INTERACTIVE))).job
+    claimed = await store.claim("w1", [MODEL], max_jobs=2)
+    assert [c.job.id for c in claimed] == [urgent.id, batch[0].id]
+
+
+async def test_a_claim_takes_jobs_from_several_partitions_at_once(make: Factory) -> None:
+    store = await make()
+    ids = [(await store.submit(single())).job.id for _ in range(6)]
+    claimed = await store.claim("w1", [MODEL], max_jobs=6)
+    assert [c.job.id for c in claimed] == ids
+    assert {partition_of(c.job.id, 3) for c in claimed} == {0, 1, 2}
+
+
+@pytest.mark.usefixtures("pushed_wake_ups_only")
+@pytest.mark.parametrize("index", [0, 1, 2])
+async def test_a_long_poll_wakes_on_a_job_queued_in_any_partition(
+    make: Factory, index: int
+) -> None:
+    store = await make()
+    waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=60)))
+    await claim_is_waiting(store)
+    job = (await store.parts[index].submit(single())).job
+    claimed = await asyncio.wait_for(waiting, 30)
+    assert [c.job.id for c in claimed] == [job.id]
+
+
+async def test_results_of_several_partitions_are_answered_in_order(make: Factory) -> None:
+    store = await make()
+    for _ in range(3):
+        await store.submit(single())
+    leases = await store.claim("w1", [MODEL], max_jobs=3)
+    results = [(c.job.id, c.lease_id, done()) for c in reversed(leases)]
+    step = await store.report_and_claim("w1", [MODEL], results, 0)
+    assert [answer.job_id for answer in step.results] == [c.job.id for c in reversed(leases)]
+    assert all(answer.recorded is not None for answer in step.results)
+
+
+async def test_an_empty_claim_costs_one_round_trip(make: Factory, monkeypatch: Any) -> None:
+    store = await make(partitions=12)
+    trips: list[str] = []
+    for part in store.parts:
+        scripts = part._scripts
+        real_run = scripts.run
+
+        async def counted_run(*args: Any, _run: Any = real_run) -> Any:
+            trips.append("script")
+            return await _run(*args)
+
+        monkeypatch.setattr(scripts, "run", counted_run)
+    real_read = store.owner.read_pipelined
+
+    async def counted_read(*args: Any) -> list[Any]:
+        trips.append("pipeline")
+        return await real_read(*args)
+
+    monkeypatch.setattr(store.owner, "read_pipelined", counted_read)
+    assert await store.claim("w1", [MODEL, "other-model"]) == []
+    assert trips == ["pipeline"]
+
+
+# -- position and events ----------------------------------------------------------------
+
+
+async def test_queue_position_adds_up_every_partitions_queue(make: Factory) -> None:
+    store = await make()
+    jobs = [(await store.submit(single())).job for _ in range(7)]
+    positions = [(await store.get(TENANT, job.id)).queue_position for job in jobs]
+    assert positions == list(range(7))
+
+
+async def test_queue_position_is_claim_order_when_the_partitions_counters_differ(
+    make: Factory,
+) -> None:
+    store = await make()
+    flood = [(await store.submit(single(key=f"k{i}"))).job for i in range(5)]  # one partition
+    later = [(await store.submit(single(tenant="other"))).job for _ in range(3)]
+    jobs = flood + later
+    positions = [(await store.get(job.tenant, job.id)).queue_position for job in jobs]
+    assert positions == list(range(8))
+    claimed = [c.job.id for c in await store.claim("w1", [MODEL], max_jobs=8)]
+    assert claimed == [job.id for job in jobs]
+
+
+async def test_a_submit_answer_counts_every_partitions_queue(make: Factory) -> None:
+    store = await make()
+    answers = [(await store.submit(single())).job for _ in range(5)]
+    assert [job.queue_position for job in answers] == list(range(5))
+
+
+async def test_a_reused_submit_answers_the_originals_position(make: Factory) -> None:
+    store = await make()
+    original = (await store.submit(single(key="k"))).job
+    for _ in range(3):
+        await store.submit(single(tenant="other"))
+    again = await store.submit(single(key="k"))
+    assert (again.reused, again.job.id, again.job.queue_position) == (True, original.id, 0)
+
+
+async def test_queue_position_counts_higher_priorities_of_every_partition(make: Factory) -> None:
+    store = await make()
+    batch = (await store.submit(single())).job
+    for _ in range(3):  # one in each partition
+        await store.submit(single(priority=Priority.INTERACTIVE))
+    assert (await store.get(TENANT, batch.id)).queue_position == 3
+
+
+async def test_events_of_every_partition_are_merged_in_stream_order(make: Factory) -> None:
+    store = await make()
+    jobs = [(await store.submit(single())).job for _ in range(6)]
+    for job in jobs:
+        await store.cancel(TENANT, job.id)
+    events = await store.events(count=1000)
+    assert sorted((e.job_id, e.to_status) for e in events) == sorted(
+        (job.id, status) for status in (JobStatus.QUEUED, JobStatus.CANCELLED) for job in jobs
+    )
+    # time order, to the millisecond (a stream id's resolution; partitions
+    # appending in the same millisecond are in no order among themselves)
+    stamps = [int(e.id.split(",")[partition_of(e.job_id, 3)].split("-")[0]) for e in events]
+    assert stamps == sorted(stamps)
+
+
+async def test_reading_on_from_each_event_misses_and_repeats_nothing(make: Factory) -> None:
+    store = await make()
+    for _ in range(5):
+        job = (await store.submit(single())).job
+        await store.cancel(TENANT, job.id)
+    everything = [(e.job_id, e.to_status) for e in await store.events(count=1000)]
+    walked: list[tuple[str, JobStatus]] = []
+    after = "0"
+    while page := await store.events(after=after, count=1):
+        walked += [(e.job_id, e.to_status) for e in page]
+        after = page[-1].id
+    assert walked == everything
+    assert len(everything) == 10
+
+
+async def test_the_newest_event_cursor_reads_only_later_events(make: Factory) -> None:
+    store = await make()
+    for _ in range(3):
+        await store.submit(single())
+    after = await store.newest_event_id()
+    later = (await store.submit(single())).job
+    assert [e.job_id for e in await store.events(after=after)] == [later.id]
+
+
+@pytest.mark.usefixtures("pushed_wake_ups_only")
+@pytest.mark.parametrize("index", [0, 1, 2])
+async def test_a_blocking_events_read_wakes_on_any_partitions_event(
+    make: Factory, index: int
+) -> None:
+    store = await make()
+    after = await store.newest_event_id()
+    reading = asyncio.create_task(store.events(after=after, block=timedelta(seconds=60)))
+
+    async def blocked() -> bool:
+        return store.waiting_event_reads() > 0
+
+    await assert_eventually(blocked, message="the read is not waiting")
+    job = (await store.parts[index].submit(single())).job
+    events = await asyncio.wait_for(reading, 30)
+    assert [e.job_id for e in events] == [job.id]
+
+
+async def test_a_cursor_of_another_partition_count_is_refused(make: Factory) -> None:
+    store = await make()
+    with pytest.raises(InvalidRequest, match="cursor of 3 partitions"):
+        await store.events(after="0,0")
+
+
+# -- a claim over several partitions is given back whole -----------------------------
+
+
+async def _one_job_per_partition(store: PartitionedRedisStore) -> list[str]:
+    return [(await part.submit(single())).job.id for part in store.parts]
+
+
+async def _all_queued_again(store: PartitionedRedisStore, ids: list[str]) -> bool:
+    jobs = [await store.get(TENANT, job_id) for job_id in ids]
+    return all(job.status is JobStatus.QUEUED and job.attempts == 0 for job in jobs)
+
+
+async def test_a_partition_failing_a_claim_gives_back_the_others_leases(
+    make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make()
+    ids = await _one_job_per_partition(store)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("partition 1 is down")
+
+    monkeypatch.setattr(store.parts[1], "claim", broken)
+    with pytest.raises(StoreUnavailable):
+        await store.claim("w1", [MODEL], max_jobs=3)
+    assert await _all_queued_again(store, ids)
+
+
+async def test_a_claim_whose_caller_is_gone_gives_back_every_partitions_leases(
+    make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make()
+    ids = await _one_job_per_partition(store)
+    reached, gate = asyncio.Event(), asyncio.Event()
+    real_claim = store.parts[1].claim
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        leases = await real_claim(*args, **kwargs)  # leased, not yet answered
+        reached.set()
+        await gate.wait()
+        return leases
+
+    monkeypatch.setattr(store.parts[1], "claim", slow)
+    claiming = asyncio.create_task(store.claim("w1", [MODEL], max_jobs=3))
+    await asyncio.wait_for(reached.wait(), 10)
+    claiming.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claiming
+    gate.set()
+
+    async def given_back() -> bool:
+        return await _all_queued_again(store, ids)
+
+    await assert_eventually(given_back, message="the leases were not given back")
