@@ -85,9 +85,16 @@ else
     return needed
   end
   local changed = false
+  local ended = {}
   for i = 1, n_results do
+    local a = 11 + (i - 1) * 8
+    if codes[i] == 1 and ended[ARGV[a]] then
+      -- the same job twice: checked again after the first one's end, as it
+      -- would be in a call of its own (a repeat, or LEASE_LOST)
+      codes[i] = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i]) or 1
+    end
     if codes[i] == 1 then
-      local a = 11 + (i - 1) * 8
+      ended[ARGV[a]] = true
       end_attempt(ARGV[a], outcomes[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
         ARGV[a + 6], ARGV[a + 7] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]))
       changed = true
