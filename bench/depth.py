@@ -26,8 +26,8 @@ from jobgate.v1 import (
     worker_service_pb2_grpc,
 )
 from store.model import JobSpec, StoreSettings, SubmitRequest
-from store.redis_scripts import read_script
-from store.redis_store import RedisStore
+from store.redis_scripts import ArgValue, read_script
+from store.redis_store import RedisStore, _spec_declared
 
 MODEL = "bench-depth"
 PAYLOAD = b"x" * 1024
@@ -60,15 +60,18 @@ class BulkFiller:
 
     async def _pipeline(self, count: int) -> None:
         store, settings = self.store, self.store.settings
-        keys = store.keys.transition_keys()
-        head = [*store._common_args(), TENANT, self.fingerprint, settings.max_live_per_tenant,
+        head: list[ArgValue] = [TENANT, self.fingerprint, settings.max_live_per_tenant,
                 settings.max_live_total, settings.max_group_children]  # fmt: skip
         pipe = self.client.pipeline(transaction=False)
         for _ in range(count):
             spec, payloads = store._spec(self.request)  # a fresh id per job, as submit()
-            # Every transition's last KEY is its own operation key (exactly once per call).
-            call_keys = [*keys, store._op_key()]
-            pipe.evalsha(self.sha, len(call_keys), *call_keys, *head, json.dumps(spec), *payloads)
+            # Every transition's last KEY is its own operation key (exactly once per
+            # call); the job's id and model are declared (store/lua/includes/declared.lua).
+            call_keys, args = store._declared_call(
+                [], [*head, json.dumps(spec), 0, *payloads], _spec_declared(spec),
+                [store._op_key()],
+            )  # fmt: skip
+            pipe.evalsha(self.sha, len(call_keys), *call_keys, *args)
         replies = await pipe.execute()
         refused = [reply for reply in replies if not (isinstance(reply, list) and reply[0] == 1)]
         if refused:

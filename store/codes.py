@@ -26,11 +26,18 @@ class LuaCode(IntEnum):
     QUOTA_EXCEEDED = -5
     QUEUE_FULL = -6
     INVALID_CHILDREN = -7
+    # Not an error: the script met job ids or models whose keys were not in
+    # KEYS and changed nothing; the caller declares them and calls again
+    # (store/lua/includes/declared.lua).
+    KEYS_NEEDED = -8
 
 
 def error_for(code: int, job_id: str = "", max_group_children: int = 0) -> StoreError:
-    """The store exception for a script's negative code (ValueError for an unknown code)."""
+    """The store exception for a script's negative code (ValueError for an
+    unknown code, and for KEYS_NEEDED, which asks the caller for keys)."""
     lua_code = LuaCode(code)
+    if lua_code is LuaCode.KEYS_NEEDED:
+        raise ValueError("KEYS_NEEDED is a request for keys, not an error")
     ids = {"job_id": job_id} if job_id else {}
     if lua_code is LuaCode.JOB_NOT_FOUND:
         return JobNotFound(f"job {job_id!r} not found", **ids)

@@ -1,15 +1,17 @@
 """Every Redis key name jobgate uses, spelled in this one module.
 
 All keys of one partition share the hash tag `{<partition>}` so every script
-touches a single slot (Redis Cluster safe). Scripts that meet a job id inside
-Redis (after ZPOPMIN, in a children list...) build its keys from the prefix
-passed in ARGV with the Lua helpers that `lua_helpers()` generates here, so
-the spelling still lives only in this file.
+touches a single slot (Redis Cluster safe). No script builds a key: every key
+a script touches is passed in KEYS, named here. Per-job and per-model keys go
+in fixed groups (`job_group`, `model_group`) that store/lua/includes/
+declared.lua maps back to the job ids and models listed in ARGV.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from store.model import PRIORITIES_IN_CLAIM_ORDER, Priority
 
@@ -153,6 +155,21 @@ class Keys:
         """Pub/sub channel (not a key): "r <model>", "q <model>", "j <job id>"."""
         return self.prefix + "notify"
 
+    def job_group(self, job_id: str) -> list[str]:
+        """The keys declared per job id, in includes/declared.lua's order."""
+        job = self.job(job_id)
+        return [job, job + _PAYLOAD, job + _RESULT, job + _CHILDREN, job + _HELD]
+
+    def model_group(self, model: str) -> list[str]:
+        """The keys declared per model: its ready queues, priority 1, 2, 3."""
+        return [self.queue(model, priority) for priority in sorted(Priority)]
+
+    def declared_keys(self, declared: Declared) -> list[str]:
+        """KEYS for `declared`: its job groups, its model groups, its raw keys."""
+        keys = [key for job_id in declared.ids for key in self.job_group(job_id)]
+        keys += [key for model in declared.models for key in self.model_group(model)]
+        return keys + declared.raw
+
     def transition_keys(self) -> list[str]:
         """KEYS[1..10] of every transition script, in the order common.lua names them."""
         return [
@@ -169,20 +186,43 @@ class Keys:
         ]
 
 
-def lua_helpers() -> str:
-    """Lua functions that build per-job and per-model keys from the ARGV prefix.
+@dataclass
+class Declared:
+    """The job ids, models and raw keys (keys a record names, such as a job's
+    idempotency key) one script call declares (includes/declared.lua)."""
 
-    Prepended to every script by the loader (the `keys` include), so that the
-    suffixes above are the only spelling of these names.
-    """
-    return f"""
-local function job_key(prefix, id) return prefix .. "job:" .. id end
-local function payload_key(prefix, id) return prefix .. "job:" .. id .. "{_PAYLOAD}" end
-local function result_key(prefix, id) return prefix .. "job:" .. id .. "{_RESULT}" end
-local function children_key(prefix, id) return prefix .. "job:" .. id .. "{_CHILDREN}" end
-local function held_key(prefix, id) return prefix .. "job:" .. id .. "{_HELD}" end
-local function queue_key(prefix, model, priority)
-  return prefix .. "queue:" .. model .. ":" .. priority
-end
-local function notify_channel(prefix) return prefix .. "notify" end
-"""
+    ids: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+    _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ids, models, raw = self.ids, self.models, self.raw
+        self.ids, self.models, self.raw = [], [], []
+        self.add(ids, models, raw)
+
+    def add(
+        self, ids: Iterable[str] = (), models: Iterable[str] = (), raw: Iterable[str] = ()
+    ) -> bool:
+        """Declare more (each once, in order); True if anything was new."""
+        before = len(self._seen)
+        for kind, (mine, more) in enumerate(
+            ((self.ids, ids), (self.models, models), (self.raw, raw))
+        ):
+            for item in more:
+                if item and (kind, item) not in self._seen:
+                    self._seen.add((kind, item))
+                    mine.append(item)
+        return len(self._seen) > before
+
+    def tail(self, key_at: int) -> list[str | int]:
+        """The ARGV tail: ids, models, then the KEYS index (1-based) of the
+        first job group, and the three counts."""
+        return [
+            *self.ids,
+            *self.models,
+            key_at,
+            len(self.ids),
+            len(self.models),
+            len(self.raw),
+        ]

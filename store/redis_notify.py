@@ -1,8 +1,10 @@
 """Cross-replica wake-ups: one pub/sub connection per RedisStore, local waiters.
 
-Scripts PUBLISH short messages on the partition's channel ("r <model>": a
-job became claimable; "q <model>": a ready queue shrank; "j <id>": a job
-changed). `Notifier` reads them on one task and sets the asyncio events of
+Scripts PUBLISH short messages on the partition's channel ("r <model> <id>":
+job <id> became claimable, topic "r <model>"; "q <model>": a ready queue
+shrank; "j <id>": a job changed). The ids of "r" messages are handed to
+`on_ready`, so the next claim declares them (a hint, store/lua/includes/
+declared.lua). `Notifier` reads them on one task and sets the asyncio events of
 the local `Listener`s interested in that message. A listener is level
 triggered: clear it, read the state, then wait; a message that arrives
 after the clear is never lost.
@@ -97,6 +99,8 @@ class Notifier:
         self._error: str | None = "not started"
         self._closed = False
         self._current: Any = None  # the live PubSub, closed by close()
+        # Called with (channel, model, job id) for every "r" message, listened to or not.
+        self.on_ready: Callable[[str, str, str], None] = lambda channel, model, job_id: None
 
     def add_channel(self, channel: str) -> None:
         """Also hear `channel` (another partition's, sharing this connection); before start()."""
@@ -180,6 +184,13 @@ class Notifier:
         if not isinstance(data, bytes):
             return
         topic = data.decode(errors="replace")
+        kind, _, rest = topic.partition(" ")
+        model, _, job_id = rest.partition(" ")
+        if kind == "r" and job_id:
+            # "r <model> <id>"; a bare "r <model>" (an older server's scripts,
+            # mid-upgrade) still wakes its listeners
+            topic = f"r {model}"
+            self.on_ready(_channel_name(message.get("channel")), model, job_id)
         for listener in (*self._listeners.get(topic, ()), *self._listeners.get(ANY_MESSAGE, ())):
             listener.event.set()
             if topic in listener.own or ANY_MESSAGE in listener.own:
@@ -237,3 +248,7 @@ class Notifier:
             log.info("redis notifications restored")
             self._wake_all()  # messages may have been missed while down
             return pubsub
+
+
+def _channel_name(channel: object) -> str:
+    return channel.decode() if isinstance(channel, bytes) else str(channel)

@@ -2,11 +2,14 @@
 
 Layout, scripts, wake-ups and durability are described in docs/redis-layout.md.
 Every hot-path call (submit, get, claim, heartbeat, set_result, cancel) is one
-EVALSHA round trip; a Redis failure of any kind is raised as StoreUnavailable,
-never read as an empty answer. Each mutating call carries its own operation
-key, so redis-py's resend after a broken connection answers the first run's
-outcome instead of running the transition twice (docs/store-semantics.md,
-"Exactly once per call").
+EVALSHA round trip in the steady state; a script that meets a job id or model
+its call did not declare in KEYS asks for it before writing anything and is
+called again with it declared (store/lua/includes/declared.lua). A Redis
+failure of any kind is raised as StoreUnavailable, never read as an empty
+answer. Each mutating call carries its own operation key, so redis-py's
+resend after a broken connection answers the first run's outcome instead of
+running the transition twice (docs/store-semantics.md, "Exactly once per
+call").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import random
 import re
 import uuid
+from collections import OrderedDict, deque
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -46,7 +50,7 @@ from redis.exceptions import (
 )
 from ulid import ULID
 
-from store.codes import error_for
+from store.codes import LuaCode, error_for
 from store.errors import (
     FailureHook,
     InvalidRequest,
@@ -57,7 +61,7 @@ from store.errors import (
     ignore_failure,
     reporting,
 )
-from store.keys import Keys
+from store.keys import Declared, Keys
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
     CancelResult,
@@ -122,6 +126,23 @@ RELEASE_RETRY_DELAY = 0.2
 # close() waits this long for such releases before dropping them (their
 # leases then expire after lease_timeout, as after a crash).
 RELEASE_GRACE = 2.0
+# A script that meets undeclared job ids or models (a parent, held children,
+# a job's model...) is called again with them declared at most this many
+# times in all; each round declares what the previous one found.
+DECLARE_ROUNDS = 4
+# Per job, what its next transitions touch (its parent, model, idempotency
+# key), learned from the replies this store saw, so that a set_result after
+# a claim declares them in its first round. A stale hint costs a round.
+JOB_HINTS = 10_000
+# A claim that stops at an undeclared queue head asks for this many head ids
+# per queue, times CLAIM_PEEK_GROWTH for each round in a row that other
+# claimers left with nothing, up to CLAIM_PEEK_MAX.
+CLAIM_PEEK = 4
+CLAIM_PEEK_GROWTH = 4
+CLAIM_PEEK_MAX = 64
+# Per model, the ids of the last jobs heard becoming claimable ("r" messages,
+# this store's own submits): the next claim of the model declares them.
+READY_HINTS = 8
 
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
 
@@ -190,6 +211,27 @@ def _check_code(reply: Any, job_id: str = "", max_group_children: int = 0) -> No
         raise error_for(reply[0], job_id, max_group_children)
 
 
+def _keys_needed(reply: Any) -> bool:
+    """True for a script's {KEYS_NEEDED, ids, models, keys} (nothing changed)."""
+    return (
+        isinstance(reply, list)
+        and len(reply) == 4
+        and isinstance(reply[0], int)
+        and reply[0] == LuaCode.KEYS_NEEDED
+    )
+
+
+def _texts(items: Sequence[Any]) -> list[str]:
+    return [_text(item) for item in items]
+
+
+def _declare_needed(script: str, declared: Declared, needed: Sequence[Any]) -> None:
+    """Declare what a script asked for ({ids, models, keys}); it must be new."""
+    ids, models, raw = needed
+    if not declared.add(_texts(ids), _texts(models), _texts(raw)):
+        raise StoreError(f"{script}.lua asked again for keys it was given")
+
+
 @dataclasses.dataclass(frozen=True)
 class Elsewhere:
     """What the other partitions hold, read just before a submit script (redis_partitioned.py)."""
@@ -231,6 +273,12 @@ class RedisStore(Store):
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
+        # Hints for declaring keys (see _learn), shared with siblings: keyed
+        # by job id (unique across partitions) or by partition.
+        self._job_hints: OrderedDict[str, Declared] = OrderedDict()
+        self._head_hints: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        self._ready_hints: dict[tuple[str, str], deque[str]] = {}
+        self._notifier.on_ready = self._heard_ready
         # Hooks of the partitioned store (store/redis_partitioned.py), unused
         # on one partition: where ids come from (one partition's ids), the
         # jobs other partitions queue ahead of a QUEUED job (Get, Watch), and
@@ -462,26 +510,116 @@ class RedisStore(Store):
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..3] of every transition script (includes/common.lua)."""
         return [
-            self.keys.prefix,
+            self.keys.notify,
             self.settings.events_max_length,
             to_ms(self.settings.result_ttl),
         ]
 
-    async def _transition(
+    async def _run_declared(
         self,
         script: str,
         keys: Sequence[str],
         args: Sequence[ArgValue],
+        declared: Declared,
+        trailing: Sequence[str] = (),
         operation: str | None = None,
         client: StoreClient | None = None,
+        transition: bool = True,
     ) -> Any:
-        return await self._run(
-            script,
-            [*self.keys.transition_keys(), *keys],
-            [*self._common_args(), *args],
-            operation,
-            client,
+        """One call of a script that takes declared keys (includes/declared.lua).
+
+        KEYS: (the transition keys), `keys`, the declared groups, `trailing`
+        (an operation key stays last); ARGV: (the common args), `args`, the
+        declaration tail.
+        """
+        all_keys, all_args = self._declared_call(keys, args, declared, trailing, transition)
+        return await self._run(script, all_keys, all_args, operation, client)
+
+    def _declared_call(
+        self,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        declared: Declared,
+        trailing: Sequence[str] = (),
+        transition: bool = True,
+    ) -> tuple[list[str], list[ArgValue]]:
+        """KEYS and ARGV of a script call with declared keys (see _run_declared)."""
+        fixed = [*self.keys.transition_keys(), *keys] if transition else list(keys)
+        common = self._common_args() if transition else []
+        return (
+            [*fixed, *self.keys.declared_keys(declared), *trailing],
+            [*common, *args, *declared.tail(len(fixed) + 1)],
         )
+
+    async def _declared(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[ArgValue],
+        declared: Declared,
+        trailing: Sequence[str] = (),
+        operation: str | None = None,
+        client: StoreClient | None = None,
+        transition: bool = True,
+    ) -> Any:
+        """Run a script until it stops asking for keys (DECLARE_ROUNDS at most).
+
+        A KEYS_NEEDED answer changed nothing, so the call is simply made
+        again with more declared (and the same operation key).
+        """
+        for _ in range(DECLARE_ROUNDS):
+            reply = await self._run_declared(
+                script, keys, args, declared, trailing, operation, client, transition
+            )
+            if not _keys_needed(reply):
+                return reply
+            _declare_needed(script, declared, reply[1:])
+        with reporting(self.on_failure, operation or script):
+            raise StoreError(f"{script}.lua still met undeclared keys after {DECLARE_ROUNDS} calls")
+
+    # Hints -----------------------------------------------------------------------
+    def _learn(self, job: Job) -> None:
+        """Remember what job's next transitions touch (JOB_HINTS)."""
+        hint = Declared([job.id, job.parent_id], [job.model])
+        if job.idempotency_key and job.kind is not JobKind.CHILD:
+            hint.add(raw=[self.keys.idempotency(job.tenant, job.idempotency_key)])
+        hint.add(ids=[child.id for child in job.children])
+        self._job_hints[job.id] = hint
+        self._job_hints.move_to_end(job.id)
+        while len(self._job_hints) > JOB_HINTS:
+            self._job_hints.popitem(last=False)
+
+    def _heard_ready(self, channel: str, model: str, job_id: str) -> None:
+        hints = self._ready_hints.setdefault((channel, model), deque(maxlen=READY_HINTS))
+        hints.append(job_id)
+
+    def _hinted(self, *job_ids: str) -> Declared:
+        """Declare `job_ids` and what this store learned they touch."""
+        declared = Declared(list(job_ids))
+        for job_id in job_ids:
+            hint = self._job_hints.get(job_id)
+            if hint is not None:
+                declared.add(hint.ids, hint.models, hint.raw)
+        return declared
+
+    def _job(self, snapshot: Any) -> Job:
+        job = job_from_snapshot(snapshot)
+        self._learn(job)
+        return job
+
+    def _job_submitted(self, snapshot: Any) -> Job:
+        job = self._job(snapshot)
+        if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
+            self._heard_ready(self.keys.notify, job.model, job.id)
+        return job
+
+    def _claimed(self, entry: Any) -> ClaimedJob:
+        """claim_jobs.lua's entry; its 5th item (held siblings) is a hint for the end."""
+        claimed = claimed_from_reply(entry[:4])
+        self._learn(claimed.job)
+        if len(entry) > 4:
+            self._job_hints[claimed.job.id].add(_texts(entry[4]))
+        return claimed
 
     # Submit --------------------------------------------------------------------
     async def _elsewhere(self, requests: Sequence[SubmitRequest]) -> Elsewhere:
@@ -496,7 +634,7 @@ class RedisStore(Store):
         )
 
     async def _submitted(self, reused: bool, snapshot: Any, elsewhere: Elsewhere) -> SubmitResult:
-        job = job_from_snapshot(snapshot)
+        job = self._job_submitted(snapshot)
         if reused:
             job = await self._positioned(job)  # an older job: count as Get does
         elif job.queue_position is not None:
@@ -510,7 +648,6 @@ class RedisStore(Store):
         keys = []
         if request.idempotency_key:
             keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
-        keys.append(self._op_key())
         elsewhere = await self._elsewhere([request])
         per_tenant, total = self._caps(elsewhere)
         args: list[ArgValue] = [
@@ -520,9 +657,12 @@ class RedisStore(Store):
             total,
             self.settings.max_group_children,
             json.dumps(spec),
+            1 if keys else 0,
             *payloads,
         ]
-        reply = await self._transition("submit", keys, args)
+        reply = await self._declared(
+            "submit", keys, args, _spec_declared(spec), trailing=[self._op_key()]
+        )
         _check_code(reply, max_group_children=self.settings.max_group_children)
         return await self._submitted(bool(reply[1]), reply[2], elsewhere)
 
@@ -533,8 +673,11 @@ class RedisStore(Store):
         keys: list[str] = []
         items: list[ArgValue] = []
         payloads: list[ArgValue] = []
+        declared = Declared()
         for request in requests:
             spec, item_payloads = self._spec(request)
+            item_declared = _spec_declared(spec)
+            declared.add(item_declared.ids, item_declared.models)
             key_index = 0
             if request.idempotency_key:
                 keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
@@ -547,7 +690,6 @@ class RedisStore(Store):
                 )
             )
             payloads.extend(item_payloads)
-        keys.append(self._op_key())
         s = self.settings
         elsewhere = await self._elsewhere(requests)
         per_tenant, total = self._caps(elsewhere)
@@ -559,7 +701,9 @@ class RedisStore(Store):
             *items,
             *payloads,
         ]
-        reply = await self._transition("submit_batch", keys, args)
+        reply = await self._declared(
+            "submit_batch", keys, args, declared, trailing=[self._op_key()]
+        )
         if reply[0] < 0:
             error = error_for(reply[0], max_group_children=s.max_group_children)
             raise error.for_item(int(reply[1]))
@@ -622,11 +766,16 @@ class RedisStore(Store):
         return await self._get(tenant, job_id, "get")
 
     async def _get(self, tenant: str, job_id: str, operation: str) -> Job:
-        reply = await self._run(
-            "get", [self.keys.job(job_id)], [self.keys.prefix, job_id, tenant], operation
+        reply = await self._declared(
+            "get",
+            [],
+            [job_id, tenant],
+            self._hinted(job_id),
+            operation=operation,
+            transition=False,
         )
         _check_code(reply, job_id)
-        return await self._positioned(job_from_snapshot(reply[1]))
+        return await self._positioned(self._job(reply[1]))
 
     async def _positioned(self, job: Job) -> Job:
         """The job with the jobs other partitions queue ahead of it counted in."""
@@ -643,14 +792,16 @@ class RedisStore(Store):
         return bytes(reply[1])
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
-        reply = await self._run(
+        reply = await self._declared(
             "children",
-            [self.keys.job(job_id), self.keys.children(job_id)],
-            [self.keys.prefix, tenant],
-            "list_children",
+            [],
+            [job_id, tenant],
+            self._hinted(job_id),
+            operation="list_children",
+            transition=False,
         )
         _check_code(reply, job_id)
-        jobs = [job_from_snapshot(snap) for snap in reply[1]]
+        jobs = [self._job(snap) for snap in reply[1]]
         return sorted(jobs, key=lambda job: job.child_index)
 
     # Claim ---------------------------------------------------------------------
@@ -689,20 +840,94 @@ class RedisStore(Store):
     async def _claim_once(
         self, worker_id: str, models: list[str], max_jobs: int
     ) -> list[ClaimedJob]:
+        declared = self._claim_declared(models)
+        entries, needed = await self._claim_round(worker_id, models, max_jobs, declared)
+        return await self._claim_rest(worker_id, models, max_jobs, entries, declared, needed)
+
+    def _claim_declared(self, models: list[str], *more: Declared) -> Declared:
+        """A claim's declaration: its models, the head ids the last claim saw
+        and the ids last heard becoming claimable."""
+        heads = self._head_hints.get((self.keys.partition, tuple(models)), [])
+        declared = Declared(list(heads), list(models))
+        for model in models:
+            declared.add(self._ready_hints.get((self.keys.notify, model), ()))
+        for extra in more:
+            declared.add(extra.ids, extra.models, extra.raw)
+        return declared
+
+    async def _claim_rest(
+        self,
+        worker_id: str,
+        models: list[str],
+        max_jobs: int,
+        claimed: list[ClaimedJob],
+        declared: Declared,
+        needed: list[str],
+    ) -> list[ClaimedJob]:
+        """While a claim stopped at heads it had not declared, claim on with them declared.
+
+        Each job's claim is a complete transition, so the claimed ones stand;
+        only DECLARE_ROUNDS rounds in a row that claim nothing fail the call.
+        """
+        stalls = 0
+        while needed and len(claimed) < max_jobs:
+            _declare_needed("claim", declared, [needed, [], []])
+            # heads lost to other claimers: ask for more of them next time
+            peek = min(CLAIM_PEEK * CLAIM_PEEK_GROWTH**stalls, CLAIM_PEEK_MAX)
+            entries, needed = await self._claim_round(
+                worker_id, models, max_jobs - len(claimed), declared, peek
+            )
+            claimed += entries
+            stalls = 0 if entries else stalls + 1
+            if stalls >= DECLARE_ROUNDS and needed:
+                if claimed:
+                    break
+                with reporting(self.on_failure, "claim"):
+                    raise StoreError(
+                        f"claim.lua still met undeclared heads after {DECLARE_ROUNDS} calls"
+                    )
+        return claimed
+
+    async def _claim_round(
+        self,
+        worker_id: str,
+        models: list[str],
+        max_jobs: int,
+        declared: Declared,
+        peek: int = CLAIM_PEEK,
+    ) -> tuple[list[ClaimedJob], list[str]]:
+        """One claim.lua call: the jobs claimed and the head ids it stopped for."""
         args: list[ArgValue] = [
             worker_id,
             to_ms(self.settings.lease_timeout),
             max_jobs,
+            peek,
             len(models),
+            *models,
             *(uuid.uuid4().hex for _ in range(max_jobs)),
         ]
         op_key = self._op_key()
-        call = self._transition("claim", [*self.keys.claim_queues(models), op_key], args)
-        reply = await self._shielded_claim(op_key, call)
-        return [claimed_from_reply(entry) for entry in reply]
+        call = self._run_declared("claim", [], args, declared, trailing=[op_key])
+        entries, needed, hints = await self._shielded_claim(op_key, declared, call)
+        claimed = [self._claimed(entry) for entry in entries]
+        self._head_hint(models, hints, claimed)
+        return claimed, _texts(needed)
+
+    def _head_hint(
+        self, models: list[str], hints: Sequence[Any], claimed: list[ClaimedJob]
+    ) -> None:
+        """The next claim of `models` declares the heads seen now, and the
+        parents of the children just claimed (their siblings queue next)."""
+        parents = [c.job.parent_id for c in claimed if c.job.parent_id]
+        heads = [*_texts(hints), *dict.fromkeys(parents)]
+        self._head_hints[(self.keys.partition, tuple(models))] = heads
 
     async def _shielded_claim(
-        self, op_key: str, script: Coroutine[Any, Any, Any], claims: bool = True
+        self,
+        op_key: str,
+        declared: Declared,
+        script: Coroutine[Any, Any, Any],
+        claims: bool = True,
     ) -> Any:
         """Run a claiming script; if its caller is gone or its outcome unknown, undo its leases."""
         call = asyncio.ensure_future(script)
@@ -712,7 +937,7 @@ class RedisStore(Store):
         except (asyncio.CancelledError, StoreUnavailable):
             # cancelled, a timeout, or the connection broke again: the script may have run
             if claims:
-                self._in_background(self._undo_claim(op_key, call))
+                self._in_background(self._undo_claim(op_key, declared, call))
             raise
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
@@ -720,19 +945,20 @@ class RedisStore(Store):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _undo_claim(self, op_key: str, call: asyncio.Future[Any]) -> None:
+    async def _undo_claim(
+        self, op_key: str, claim_declared: Declared, call: asyncio.Future[Any]
+    ) -> None:
         """Once the claim call settled, give back whatever it leased (nobody got it).
 
         It runs even while the store closes (close() waits RELEASE_GRACE for it).
+        The claim could lease only ids it declared, so the release declares them.
         """
         await asyncio.wait([call])
-        keys = [*self.keys.transition_keys(), op_key]
+        declared = Declared(list(claim_declared.ids), list(claim_declared.models))
         for attempt in range(RELEASE_ATTEMPTS):
             try:
                 with reporting(self.on_failure, "release"), _translated("release"):
-                    released = await self._scripts.run(
-                        self._client, "release", keys, self._common_args()
-                    )
+                    released = await self._release_claim(op_key, declared)
             except StoreError as error:
                 if attempt + 1 < RELEASE_ATTEMPTS:
                     await asyncio.sleep(RELEASE_RETRY_DELAY)
@@ -747,21 +973,34 @@ class RedisStore(Store):
                 log.info("released %d lease(s) of a claim whose caller was gone", released)
             return
 
+    async def _release_claim(self, op_key: str, declared: Declared) -> int:
+        """release.lua of a claim's operation key, on a store that may be closing."""
+        for _ in range(DECLARE_ROUNDS):
+            keys, args = self._declared_call([], [1], declared, [op_key])
+            reply = await self._scripts.run(self._client, "release", keys, args)
+            if not _keys_needed(reply):
+                return int(reply)
+            _declare_needed("release", declared, reply[1:])
+        raise StoreError(f"release.lua still met undeclared keys after {DECLARE_ROUNDS} calls")
+
     async def release(self, leases: Sequence[ClaimedJob]) -> int:
         if not leases:
             return 0
-        args = [value for item in leases for value in (item.job.id, item.lease_id)]
-        reply = await self._transition("release", [], args)
+        args: list[ArgValue] = [0]
+        args += [value for item in leases for value in (item.job.id, item.lease_id)]
+        declared = self._hinted(*(item.job.id for item in leases))
+        reply = await self._declared("release", [], args, declared)
         return int(reply)
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
         progress = min(max(progress, 0.0), 1.0)
-        reply = await self._transition(
+        reply = await self._declared(
             "heartbeat",
-            [self.keys.job(job_id)],
+            [],
             [job_id, lease_id, repr(progress), stage, to_ms(self.settings.lease_timeout)],
+            Declared([job_id]),
         )
         _check_code(reply, job_id)
         return HeartbeatResult(
@@ -774,9 +1013,9 @@ class RedisStore(Store):
         if report.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
         s = self.settings
-        reply = await self._transition(
+        reply = await self._declared(
             "set_result",
-            [self.keys.job(job_id), self.keys.result(job_id), self._op_key()],
+            [],
             [
                 job_id,
                 lease_id,
@@ -789,9 +1028,11 @@ class RedisStore(Store):
                 to_ms(s.retry_backoff_base),
                 to_ms(s.retry_backoff_max),
             ],
+            self._hinted(job_id),
+            trailing=[self._op_key()],
         )
         _check_code(reply, job_id)
-        return ResultRecorded(job_from_snapshot(reply[1]), applied=reply[2] == 1)
+        return ResultRecorded(self._job(reply[1]), applied=reply[2] == 1)
 
     async def report_and_claim(
         self,
@@ -806,14 +1047,8 @@ class RedisStore(Store):
         models = claim_models(models) if max_jobs > 0 else []
         max_jobs = claim_limit(max_jobs) if models else 0
         s = self.settings
-        keys = [
-            key
-            for job_id, _, _ in results
-            for key in (self.keys.job(job_id), self.keys.result(job_id))
-        ]
-        keys += self.keys.claim_queues(models) if models else []
+        declared = self._claim_declared(models, self._hinted(*(job_id for job_id, _, _ in results)))
         claim_op = self._op_key()
-        keys += [self._op_key(), claim_op]
         args: list[ArgValue] = [
             worker_id,
             to_ms(s.lease_timeout),
@@ -827,22 +1062,37 @@ class RedisStore(Store):
             args += [job_id, lease_id, report.status.value, report.result,
                      report.result_content_type, report.error_code, report.error_message,
                      1 if report.retryable else 0]  # fmt: skip
-        args += [uuid.uuid4().hex for _ in range(max_jobs)]
+        args += [*models, *(uuid.uuid4().hex for _ in range(max_jobs))]
+        trailing = [self._op_key(), claim_op]
         reply = await self._shielded_claim(
-            claim_op, self._transition("report_and_claim", keys, args), max_jobs > 0
+            claim_op,
+            declared,
+            self._declared("report_and_claim", [], args, declared, trailing),
+            max_jobs > 0,
         )
         answers = [
-            _report_answer(job_id, code, snapshot)
+            self._report_answer(job_id, code, snapshot)
             for (job_id, _, _), (code, snapshot) in zip(results, reply[0], strict=True)
         ]
-        return ReportedAndClaimed(answers, [claimed_from_reply(entry) for entry in reply[1]])
+
+        claimed = [self._claimed(entry) for entry in reply[1]]
+        if models:
+            self._head_hint(models, reply[3], claimed)
+        needed = _texts(reply[2])
+        claimed = await self._claim_rest(worker_id, models, max_jobs, claimed, declared, needed)
+        return ReportedAndClaimed(answers, claimed)
+
+    def _report_answer(self, job_id: str, code: int, snapshot: Any) -> ReportAnswer:
+        if code < 0:
+            return ReportAnswer(job_id, refused=error_for(code, job_id))
+        return ReportAnswer(job_id, ResultRecorded(self._job(snapshot), applied=code == 1))
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        reply = await self._transition(
-            "cancel", [self.keys.job(job_id), self._op_key()], [job_id, tenant, reason]
+        reply = await self._declared(
+            "cancel", [], [job_id, tenant, reason], self._hinted(job_id), [self._op_key()]
         )
         _check_code(reply, job_id)
-        return CancelResult(job=job_from_snapshot(reply[1]), cancelled=reply[0] == 1)
+        return CancelResult(job=self._job(reply[1]), cancelled=reply[0] == 1)
 
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:
@@ -855,14 +1105,36 @@ class RedisStore(Store):
             ("recover_retries", []),
             ("recover_queue_timeouts", []),
         ):
-            while True:
-                handled, emitted = await self._transition(
-                    name, [], [RECOVER_BATCH, *extra], "recover", self._control
-                )
-                events.extend(event_from_emitted(entry) for entry in emitted)
-                if handled < RECOVER_BATCH:
-                    break
+            events += await self._recover_all(name, extra)
         return events
+
+    async def _recover_all(self, name: str, extra: Sequence[ArgValue]) -> list[JobEvent]:
+        """Run one recovery script until nothing is due, in batches of RECOVER_BATCH.
+
+        A batch stops before a due id it did not declare (includes/recover.lua);
+        the next call declares what it asked for. DECLARE_ROUNDS calls in a
+        row that handle nothing fail the call.
+        """
+        events: list[JobEvent] = []
+        declared = Declared()
+        stalls = 0
+        while True:
+            handled, emitted, needed = await self._run_declared(
+                name, [], [RECOVER_BATCH, *extra], declared, [], "recover", self._control
+            )
+            events.extend(event_from_emitted(entry) for entry in emitted)
+            if any(needed):
+                stalls = 0 if handled else stalls + 1
+                if stalls >= DECLARE_ROUNDS:
+                    with reporting(self.on_failure, "recover"):
+                        raise StoreError(
+                            f"{name}.lua still met undeclared keys after {DECLARE_ROUNDS} calls"
+                        )
+                _declare_needed(name, declared, needed)
+            elif handled < RECOVER_BATCH:
+                return events
+            else:
+                declared = Declared()
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
         reply = await self._run(
@@ -968,7 +1240,8 @@ def _recheck() -> float:
     return SAFETY_RECHECK * random.uniform(0.8, 1.2)
 
 
-def _report_answer(job_id: str, code: int, snapshot: Any) -> ReportAnswer:
-    if code < 0:
-        return ReportAnswer(job_id, refused=error_for(code, job_id))
-    return ReportAnswer(job_id, ResultRecorded(job_from_snapshot(snapshot), applied=code == 1))
+def _spec_declared(spec: dict[str, Any]) -> Declared:
+    """A submit's declaration: every job id it creates (the root, the
+    children) and every model they queue on."""
+    jobs = spec["jobs"]
+    return Declared([spec["id"], *(job["id"] for job in jobs)], [job["model"] for job in jobs])

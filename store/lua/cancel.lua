@@ -3,19 +3,23 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11]     the job hash
-    KEYS[12]     this call's operation key (includes/once.lua)
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    KEYS[11..]   the declared job and model groups and raw keys
+                 (includes/declared.lua): the job, and what the plan asks
+                 for (its model, idempotency key, a group's children, a
+                 child's parent and siblings)
+    KEYS[last]   this call's operation key (includes/once.lua)
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      job id
     ARGV[5]      tenant (another tenant's job is JOB_NOT_FOUND)
     ARGV[6]      reason (stored as error_message)
-
-  Keys built from the prefix: a group's children, a child's parent.
+    ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
     {1, snapshot}  cancelled now (also the answer to a resend of that call)
     {0, snapshot}  already terminal: nothing changed
     {-1}  JOB_NOT_FOUND: no record, or another tenant's
+    {-8, ids, models, keys}  KEYS_NEEDED: declare these and call again
+          (nothing changed)
 
   Transitions: HELD | QUEUED -> CANCELLED; PROCESSING -> CANCELLED with
   cancel_requested (the lease id stays, so the worker's heartbeat learns it
@@ -24,24 +28,34 @@
   parent as set_result does. TTL as set_result. Under OOM it still runs:
   oom_guard writes first.
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
 --- @include "common"
+--- @include "plan"
 --- @include "once"
 
-local key = KEYS[11]
 local id = ARGV[4]
+local key = jk(id)
 local reason = ARGV[6]
 if op_recorded() then
-  return {1, snapshot(PREFIX, id)}
+  return {1, snapshot(id)}
 end
 local f = redis.call('HMGET', key, 'status', 'tenant', 'kind')
 if not f[1] or f[2] ~= ARGV[5] then
   return {RC.JOB_NOT_FOUND}
 end
+plan_snapshot(id)
+if not TERMINAL[f[1]] then
+  plan_transition(id)
+  plan_groups()
+end
+local needed = keys_needed()
+if needed then
+  return needed
+end
 if TERMINAL[f[1]] then
-  return {0, snapshot(PREFIX, id)}
+  return {0, snapshot(id)}
 end
 oom_guard(key)
 if f[1] == ST.PROCESSING then
@@ -49,7 +63,7 @@ if f[1] == ST.PROCESSING then
 end
 finish(id, ST.CANCELLED, ERR.CANCELLED, reason)
 if f[3] == KIND.GROUP then
-  for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, id), 0, -1)) do
+  for _, cid in ipairs(redis.call('LRANGE', children_key(id), 0, -1)) do
     local status = redis.call('HGET', jk(cid), 'status')
     if status == ST.HELD or status == ST.QUEUED then
       finish(cid, ST.CANCELLED, ERR.CANCELLED, reason)
@@ -57,4 +71,4 @@ if f[3] == KIND.GROUP then
   end
 end
 op_record('1')
-return {1, snapshot(PREFIX, id)}
+return {1, snapshot(id)}

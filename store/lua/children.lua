@@ -2,27 +2,45 @@
   Read a group's children in index order.
 
   Input:
-    KEYS[1]  the parent's job hash
-    KEYS[2]  the parent's children list
-    ARGV[1]  prefix "jobgate:{<partition>}:" (builds the children's keys)
-    ARGV[2]  tenant
+    KEYS[1..]  the declared job and model groups (includes/declared.lua):
+               the parent; its children and their models, once asked for
+    ARGV[1]    the parent's job id
+    ARGV[2]    tenant
+    ARGV[..]   the declaration tail (includes/declared.lua)
 
   Output:
     {1, {snapshot, ...}}  empty for a job that is not a group
     {-1}  JOB_NOT_FOUND: no record, or another tenant's
+    {-8, ids, models, keys}  KEYS_NEEDED: declare these and call again
 
   Transitions: none (read only).
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
+--- @include "plan"
 
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[2] then
+local id = ARGV[1]
+local f = redis.call('HMGET', jk(id), 'tenant', 'child_models')
+if f[1] ~= ARGV[2] then
   return {RC.JOB_NOT_FOUND}
 end
+local ids = redis.call('LRANGE', children_key(id), 0, -1)
+if f[2] then
+  for _, model in ipairs(cjson.decode(f[2])) do
+    need_model(model)
+  end
+end
+for _, cid in ipairs(ids) do
+  plan_snapshot(cid)
+end
+local needed = keys_needed()
+if needed then
+  return needed
+end
 local out = {}
-for _, cid in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
-  local snap = snapshot(ARGV[1], cid)
+for _, cid in ipairs(ids) do
+  local snap = snapshot(cid)
   if snap then
     out[#out + 1] = snap
   end

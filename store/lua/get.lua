@@ -2,23 +2,32 @@
   Read one job: record, queue position and a group's children, in one round trip.
 
   Input:
-    KEYS[1]  the job hash
-    ARGV[1]  prefix "jobgate:{<partition>}:" (builds the result, children and
-             ready-queue keys, same hash tag)
-    ARGV[2]  job id
-    ARGV[3]  tenant
+    KEYS[1..]  the declared job and model groups (includes/declared.lua):
+               the job; its model (for the queue position) and a group's
+               children, once asked for
+    ARGV[1]    job id
+    ARGV[2]    tenant
+    ARGV[..]   the declaration tail (includes/declared.lua)
 
   Output:
     {1, snapshot}  (see includes/snapshot.lua)
     {-1}  JOB_NOT_FOUND: no record, or another tenant's
+    {-8, ids, models, keys}  KEYS_NEEDED: declare these and call again
 
   Transitions: none (read only).
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
+--- @include "plan"
 
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[3] then
+local id = ARGV[1]
+if redis.call('HGET', jk(id), 'tenant') ~= ARGV[2] then
   return {RC.JOB_NOT_FOUND}
 end
-return {1, snapshot(ARGV[1], ARGV[2])}
+plan_snapshot(id)
+local needed = keys_needed()
+if needed then
+  return needed
+end
+return {1, snapshot(id)}

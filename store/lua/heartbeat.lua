@@ -3,13 +3,15 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11]     the job hash
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    KEYS[11..15] the declared job and model groups (includes/declared.lua):
+                 the job (one group)
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      job id
     ARGV[5]      lease id (fencing token)
     ARGV[6]      progress (0..1, as a string)
     ARGV[7]      stage ("" keeps the current one)
     ARGV[8]      lease_timeout_ms
+    ARGV[..]     the declaration tail (includes/declared.lua): the job id
 
   Output:
     {1, lease_deadline_ms, cancel_requested (0|1)}
@@ -21,13 +23,12 @@
   runs: oom_guard writes first. Publishes "j <id>" when progress or stage
   changed.
 ]]
---- @include "keys"
 --- @include "policy"
---- @include "snapshot"
+--- @include "declared"
 --- @include "common"
 
-local key = KEYS[11]
 local id = ARGV[4]
+local key = jk(id)
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage',
   'cancel_requested')
 if not f[1] then

@@ -3,32 +3,45 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    KEYS[11..]   the declared job and model groups and raw keys
+                 (includes/declared.lua): the due ids and what their plans
+                 ask for, once asked for (includes/recover.lua)
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      limit
 
   Reads only what is due (ZRANGEBYSCORE retries -inf now LIMIT).
 
   Output:
-    {handled, {}}  no status changes (the job was QUEUED already)
+    {handled, {}, needed}  no status changes (the job was QUEUED already);
+    needed as recover_leases
 
   Transitions: none; the id moves into its ready queue (same sequence).
-  Publishes "r <model>".
+  Publishes "r <model> <id>".
 ]]
---- @include "keys"
 --- @include "policy"
---- @include "snapshot"
+--- @include "declared"
 --- @include "common"
+--- @include "plan"
+--- @include "recover"
+
+-- a retry's end touches only the job and its model's ready queue
+local function plan_retry(id)
+  local j = plan_read(id)
+  if j then
+    need_model(j.model)
+  end
+end
 
 local ids = redis.call('ZRANGEBYSCORE', K_RETRIES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
-for _, id in ipairs(ids) do
+local handled = handle_due(ids, plan_retry, function(id)
   redis.call('ZREM', K_RETRIES, id)
   local f = redis.call('HMGET', jk(id), 'status', 'model', 'priority', 'seq')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
   elseif f[1] == ST.QUEUED then
-    redis.call('ZADD', queue_key(PREFIX, f[2], f[3]), f[4], id)
-    notify('r', f[2])
+    redis.call('ZADD', queue_key(f[2], f[3]), f[4], id)
+    notify('r', f[2] .. ' ' .. id)
     notify('j', id)
   end
-end
-return recover_reply(#ids)
+end)
+return recover_reply(handled)

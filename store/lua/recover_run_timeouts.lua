@@ -4,7 +4,10 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    KEYS[11..]   the declared job and model groups and raw keys
+                 (includes/declared.lua): the due ids and what their plans
+                 ask for, once asked for (includes/recover.lua)
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      limit
     ARGV[5]      retry backoff base ms
     ARGV[6]      retry backoff cap ms
@@ -12,17 +15,18 @@
   Reads only what is due (ZRANGEBYSCORE run_deadlines -inf now LIMIT).
 
   Output:
-    {handled, events}  (as recover_leases)
+    {handled, events, needed}  (as recover_leases)
 
   Transitions: PROCESSING -> QUEUED (delayed: in `retries` until the backoff
   ends); PROCESSING -> FAILED (ATTEMPTS_EXHAUSTED) past max_attempts, or
   -> CANCELLED for a child of a cancelled group (never retried). The lease
   dies: the worker's next heartbeat gets LEASE_LOST.
 ]]
---- @include "keys"
 --- @include "policy"
---- @include "snapshot"
+--- @include "declared"
 --- @include "common"
+--- @include "plan"
+--- @include "recover"
 
 local base_ms, max_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local handled = fail_due_attempts(K_RUN, K_LEASES, tonumber(ARGV[4]), ERR.RUN_TIMEOUT,

@@ -6,29 +6,34 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11]     optional: the operation key of the claim being undone
-                 (claim.lua's last KEY). Its recorded leases are released,
-                 and it is marked so that the claim, should it still run
-                 (its request was delayed), claims nothing.
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4..]    job id, lease id pairs to release (besides KEYS[11]'s)
-
-  Keys built from the prefix: the jobs' hashes, a child's parent.
+    KEYS[11..]   the declared job and model groups and raw keys
+                 (includes/declared.lua): the jobs, and what the plan asks
+                 for (their models, a child's parent and siblings)
+    KEYS[last]   when ARGV[4] is 1: the operation key of the claim being
+                 undone (claim.lua's last KEY). Its recorded leases are
+                 released, and it is marked so that the claim, should it
+                 still run (its request was delayed), claims nothing.
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
+    ARGV[4]      1 if KEYS[last] is a claim's operation key, else 0
+    ARGV[5..]    job id, lease id pairs to release (besides KEYS[last]'s)
+    ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
     n  how many jobs were released; a lease that is no longer the job's live
        one (ended, expired, released already) is skipped, so a repeat
        changes nothing
+    {-8, ids, models, keys}  KEYS_NEEDED: declare these and call again
+       (nothing changed)
 
   Transitions: PROCESSING -> QUEUED (attempts-1; the event carries the
   restored count); a child of a cancelled group PROCESSING -> CANCELLED
-  instead. Publishes "r <model>" and "j <id>". Under OOM it still runs:
+  instead. Publishes "r <model> <id>" and "j <id>". Under OOM it still runs:
   oom_guard writes first.
 ]]
---- @include "keys"
 --- @include "policy"
---- @include "snapshot"
+--- @include "declared"
 --- @include "common"
+--- @include "plan"
 
 local OP_TTL_MS = 60000  -- as includes/once.lua
 
@@ -51,17 +56,38 @@ local function release_one(id, lease_id)
   return 1
 end
 
-local released = 0
-if KEYS[11] then
-  local recorded = redis.call('GET', KEYS[11])
+-- {id, lease id} pairs: the undone claim's recorded leases, then ARGV's.
+local K_CLAIM_OP = ARGV[4] == '1' and KEYS[#KEYS] or nil
+local leases = {}
+if K_CLAIM_OP then
+  local recorded = redis.call('GET', K_CLAIM_OP)
   if recorded then
     for _, lease in ipairs(cjson.decode(recorded)) do
-      released = released + release_one(lease[1], lease[2])
+      leases[#leases + 1] = {lease[1], lease[2]}
     end
   end
-  redis.call('SET', KEYS[11], '[]', 'PX', OP_TTL_MS)
 end
-for i = 4, #ARGV - 1, 2 do
-  released = released + release_one(ARGV[i], ARGV[i + 1])
+for i = 5, ARGC - 1, 2 do
+  leases[#leases + 1] = {ARGV[i], ARGV[i + 1]}
+end
+
+-- plan: only the leases still live change anything
+for _, lease in ipairs(leases) do
+  if need_job(lease[1]) and redis.call('HGET', jk(lease[1]), 'lease_id') == lease[2] then
+    plan_transition(lease[1])
+  end
+end
+plan_groups()
+local needed = keys_needed()
+if needed then
+  return needed
+end
+
+local released = 0
+for _, lease in ipairs(leases) do
+  released = released + release_one(lease[1], lease[2])
+end
+if K_CLAIM_OP then
+  redis.call('SET', K_CLAIM_OP, '[]', 'PX', OP_TTL_MS)
 end
 return released

@@ -4,15 +4,15 @@
 
   Input:
     KEYS[1..10]   the transition keys (see includes/common.lua)
-    KEYS[11..]    per result: its job hash, then its result string (2 keys each)
-    KEYS[..]      the ready queues of the models, priority-major, as claim.lua
-                  (3 x n_models keys)
+    KEYS[11..]    the declared job and model groups and raw keys
+                  (includes/declared.lua): every reported job, the claimed
+                  models, and what the plans ask for
     KEYS[last-1]  this call's operation key for the results: their codes are
                   recorded under it as JSON, so a resend answers them alike
     KEYS[last]    this call's operation key for the claim (includes/once.lua):
                   its leases are recorded as claim.lua records them, so
                   release.lua can give them back when the caller is gone
-    ARGV[1..3]    prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[1..3]    notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]       worker_id
     ARGV[5]       lease_timeout_ms
     ARGV[6]       max_jobs (0: claim nothing)
@@ -22,37 +22,46 @@
     ARGV[10]      retry backoff cap ms
     ARGV[11..]    per result, 8 values: job id, lease id, status, result bytes,
                   result content type, error_code, error_message, retryable (0|1)
-    ARGV[..]      one fresh lease id per job that may be claimed (max_jobs)
-
-  Keys built from the prefix: as set_result.lua and claim.lua.
+    ARGV[..]      the models (n_models), then one fresh lease id per job that
+                  may be claimed (max_jobs)
+    ARGV[..]      the declaration tail (includes/declared.lua)
 
   Output:
-    {{{code, snapshot or false}, ...}, {claimed entry, ...}}: per result, in
-    order, code 1 applied, 0 a repeat of the same lease and outcome (nothing
-    changed), or a negative code (RC.JOB_NOT_FOUND, RC.LEASE_LOST,
-    RC.JOB_CANCELLED: nothing changed) with no snapshot; then the claimed
-    jobs as claim.lua answers them.
+    {{{code, snapshot or false}, ...}, {claimed entry, ...}, needed, hints}:
+    per result, in order, code 1 applied, 0 a repeat of the same lease and
+    outcome (nothing changed), or a negative code (RC.JOB_NOT_FOUND,
+    RC.LEASE_LOST, RC.JOB_CANCELLED: nothing changed) with no snapshot;
+    then the claimed jobs, the ids the claim stopped for and the head hints,
+    as claim.lua answers them.
+    {-8, ids, models, keys}  KEYS_NEEDED for the results: declare these and
+    call again (nothing changed, nothing claimed)
 
   Transitions: each result as set_result.lua, then each claim as claim.lua,
   all in this one atomic step.
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
 --- @include "common"
+--- @include "plan"
 --- @include "once"
 --- @include "end_attempt"
 --- @include "claim_jobs"
 
 local n_results = tonumber(ARGV[8])
 local n_models = tonumber(ARGV[7])
+local models_at = 11 + 8 * n_results
+local models = {}
+for i = 1, n_models do
+  models[i] = ARGV[models_at - 1 + i]
+end
 local K_RESULTS_OP = KEYS[#KEYS - 1]
 
 local function answers_for(codes)
   local answers = {}
   for i, code in ipairs(codes) do
     local id = ARGV[11 + (i - 1) * 8]
-    answers[i] = {code, code >= 0 and snapshot(PREFIX, id) or false}
+    answers[i] = {code, code >= 0 and snapshot(id) or false}
   end
   return answers
 end
@@ -62,30 +71,51 @@ local recorded_codes = redis.call('GET', K_RESULTS_OP)
 if recorded_codes then
   codes = cjson.decode(recorded_codes)
 else
+  -- plan every result first: nothing is written unless all keys are declared
   codes = {}
-  local changed = false
+  local outcomes = {}
   for i = 1, n_results do
     local a = 11 + (i - 1) * 8
-    codes[i] = end_attempt(KEYS[9 + 2 * i], KEYS[10 + 2 * i], ARGV[a], ARGV[a + 1],
-      ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7] == '1',
-      tonumber(ARGV[9]), tonumber(ARGV[10]))
-    changed = changed or codes[i] == 1
+    outcomes[i] = attempt_outcome(ARGV[a + 2], ARGV[a + 7] == '1', ARGV[a + 5], ARGV[a + 3])
+    codes[i] = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i]) or 1
+  end
+  plan_groups()
+  local needed = keys_needed()
+  if needed then
+    return needed
+  end
+  local changed = false
+  local ended = {}
+  for i = 1, n_results do
+    local a = 11 + (i - 1) * 8
+    if codes[i] == 1 and ended[ARGV[a]] then
+      -- the same job twice: checked again after the first one's end, as it
+      -- would be in a call of its own (a repeat, or LEASE_LOST)
+      codes[i] = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i]) or 1
+    end
+    if codes[i] == 1 then
+      ended[ARGV[a]] = true
+      end_attempt(ARGV[a], outcomes[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+        ARGV[a + 6], ARGV[a + 7] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]))
+      changed = true
+    end
   end
   if changed then
     redis.call('SET', K_RESULTS_OP, cjson.encode(codes), 'PX', OP_TTL_MS)
   end
 end
 
-local claimed = {}
+local claimed, needed, hints = {}, {}, {}
 local recorded = op_recorded()
 if recorded then
   claimed = replay_leases(recorded)
 elseif tonumber(ARGV[6]) > 0 then
   local leases
-  claimed, leases = claim_jobs(11 + 2 * n_results, n_models, tonumber(ARGV[6]), ARGV[4],
-    tonumber(ARGV[5]), 11 + 8 * n_results)
+  claimed, leases, needed = claim_jobs(models, tonumber(ARGV[6]), ARGV[4],
+    tonumber(ARGV[5]), models_at + n_models, HINT_HEADS)
   if #leases > 0 then
     op_record(cjson.encode(leases))
   end
+  hints = head_hints(models, tonumber(ARGV[6]))
 end
-return {answers_for(codes), claimed}
+return {answers_for(codes), claimed, needed, hints}

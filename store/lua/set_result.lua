@@ -3,10 +3,12 @@
 
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11]     the job hash
-    KEYS[12]     the job's result (string)
-    KEYS[13]     this call's operation key (includes/once.lua)
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    KEYS[11..]   the declared job and model groups and raw keys
+                 (includes/declared.lua): the job, and what the plan asks
+                 for (its model, idempotency key, a child's parent and
+                 siblings)
+    KEYS[last]   this call's operation key (includes/once.lua)
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      job id
     ARGV[5]      lease id (fencing token)
     ARGV[6]      status: "completed" | "failed"
@@ -17,8 +19,7 @@
     ARGV[11]     retryable (0|1)
     ARGV[12]     retry backoff base ms
     ARGV[13]     retry backoff cap ms
-
-  Keys built from the prefix: a child's parent and siblings (group steps).
+    ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
     {1, snapshot, 1}  applied (also the answer to a resend of that call)
@@ -28,6 +29,8 @@
     {-2}  LEASE_LOST: not the job's latest lease, or another outcome for an
           ended lease (changes nothing)
     {-3}  JOB_CANCELLED: cancelled while this lease held it
+    {-8, ids, models, keys}  KEYS_NEEDED: declare these and call again
+          (nothing changed)
 
   Transitions: PROCESSING -> COMPLETED | FAILED; PROCESSING -> QUEUED (retry,
   claimable after base * 2^(attempts-1), capped), or FAILED with
@@ -37,23 +40,32 @@
   FAILED | PARTIAL). TTL: result_ttl on the terminal job's record, payload,
   result and idempotency key. Under OOM it still runs: oom_guard writes first.
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
 --- @include "common"
+--- @include "plan"
 --- @include "once"
 --- @include "end_attempt"
 
 local id = ARGV[4]
 if op_recorded() then
-  return {1, snapshot(PREFIX, id), 1}
+  return {1, snapshot(id), 1}
 end
-local code = end_attempt(KEYS[11], KEYS[12], id, ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
-  ARGV[10], ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13]))
-if code < 0 then
+local outcome = attempt_outcome(ARGV[6], ARGV[11] == '1', ARGV[9], ARGV[7])
+local code = end_attempt_check(id, ARGV[5], outcome)
+if code and code < 0 then
   return {code}
 end
-if code == 1 then
-  op_record('1')
+plan_groups()
+local needed = keys_needed()
+if needed then
+  return needed
 end
-return {1, snapshot(PREFIX, id), code}
+if code == 0 then
+  return {1, snapshot(id), 0}
+end
+end_attempt(id, outcome, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1',
+  tonumber(ARGV[12]), tonumber(ARGV[13]))
+op_record('1')
+return {1, snapshot(id), 1}

@@ -4,9 +4,12 @@
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11]     idempotency key (string "<fingerprint> <job id>"), only when
-                 the request carries a key
+                 ARGV[10] is 1
+    KEYS[..]     the declared job and model groups (includes/declared.lua):
+                 every job id of the request and every model; the job an
+                 idempotency key names, once asked for
     KEYS[last]   this call's operation key (includes/once.lua)
-    ARGV[1..3]   prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]      tenant
     ARGV[5]      request fingerprint
     ARGV[6]      max_live_per_tenant
@@ -15,11 +18,12 @@
     ARGV[9]      JSON spec: {kind, id, priority, idempotency_key, max_parallel,
                  model, jobs: [{id, model, content_type, labels, max_attempts,
                  queue_timeout, run_timeout, idempotency_key}]}
-    ARGV[10..]   one payload per spec.jobs entry, in order
+    ARGV[10]     1 if KEYS[11] is the idempotency key, else 0
+    ARGV[11..]   one payload per spec.jobs entry, in order
+    ARGV[..]     the declaration tail (includes/declared.lua)
 
-  Keys built from the prefix: the job hashes, payloads, children list, held
-  set, ready queue of each model. The checks and writes are
-  includes/submit.lua's, which submit_batch.lua shares.
+  The checks and writes are includes/submit.lua's, which submit_batch.lua
+  shares.
 
   Output:
     {1, reused (0|1), snapshot}
@@ -28,42 +32,50 @@
     {-5}  QUOTA_EXCEEDED: the tenant's live jobs would pass the cap
     {-6}  QUEUE_FULL: live jobs in total would pass the cap
     {-7}  INVALID_CHILDREN: a group with no children or more than the cap
+    {-8, ids, models, keys}  KEYS_NEEDED: the job the idempotency key names
+          (and its snapshot's keys): declare them and call again (nothing
+          changed)
     OOM error (redis): the first write (INCR) is refused before any change
 
   Transitions: none -> QUEUED (single, group parent); none -> HELD -> QUEUED
   (children, up to max_parallel). Events: one per transition. Publishes
-  "r <model>" and "j <id>".
+  "r <model> <id>" and "j <id>".
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
 --- @include "common"
+--- @include "plan"
 --- @include "once"
 --- @include "submit"
 
 local created = op_recorded()
 if created then
-  return {1, 0, snapshot(PREFIX, created)}
+  return {1, 0, snapshot(created)}
 end
 
 local item = {
   tenant = ARGV[4],
   fingerprint = ARGV[5],
-  idem = #KEYS == 12 and KEYS[11] or nil,
+  idem = ARGV[10] == '1' and KEYS[11] or nil,
   spec = cjson.decode(ARGV[9]),
-  payload_at = 10,
+  payload_at = 11,
 }
 local caps = {per_tenant = tonumber(ARGV[6]), total = tonumber(ARGV[7]),
   children = tonumber(ARGV[8])}
 
 local verdict = submit_check(item, caps, submit_pending(), 0)
+local needed = keys_needed()
+if needed then
+  return needed
+end
 if verdict then
   if verdict[1] == REUSE_JOB then
-    return {1, 1, snapshot(PREFIX, verdict[2])}
+    return {1, 1, snapshot(verdict[2])}
   end
   return verdict
 end
 
 local root = submit_create(item)
 op_record(root)
-return {1, 0, snapshot(PREFIX, root)}
+return {1, 0, snapshot(root)}

@@ -6,8 +6,11 @@
     KEYS[11..]    the idempotency key (string "<fingerprint> <job id>") of
                   each keyed item, in item order; an item names its own
                   (its "key" field below)
+    KEYS[..]      the declared job and model groups (includes/declared.lua):
+                  every job id of every item and every model; the jobs
+                  idempotency keys name, once asked for
     KEYS[last]    this call's operation key (includes/once.lua)
-    ARGV[1..3]    prefix, events_max_length, result_ttl_ms (common.lua)
+    ARGV[1..3]    notify channel, events_max_length, result_ttl_ms (common.lua)
     ARGV[4]       max_live_per_tenant
     ARGV[5]       max_live_total
     ARGV[6]       max_group_children
@@ -17,10 +20,7 @@
                   index of its idempotency key, 0 when unkeyed)
     ARGV[8+N..]   the payloads: item 1's (one per spec.jobs entry, in
                   order), then item 2's, ...
-
-  Keys built from the prefix: the job hashes, payloads, children list, held
-  set, ready queue of each model (includes/submit.lua, shared with
-  submit.lua).
+    ARGV[..]      the declaration tail (includes/declared.lua)
 
   Every item is checked first, in order, as submit.lua checks one (an item
   may reuse the job an earlier item of the batch creates; admission counts
@@ -35,16 +35,20 @@
     {-5, i}  QUOTA_EXCEEDED: item i would pass the tenant's live cap
     {-6, i}  QUEUE_FULL: item i would pass the total live cap
     {-7, i}  INVALID_CHILDREN: item i is a group with no children or too many
+    {-8, ids, models, keys}  KEYS_NEEDED: jobs idempotency keys name (and
+             their snapshots' keys): declare them and call again (nothing
+             changed)
     OOM error (redis): the first write (INCR) is refused before any change
 
   Transitions: as submit.lua, for each created item: none -> QUEUED (single,
   group parent); none -> HELD -> QUEUED (children, up to max_parallel).
-  Events: one per transition. Publishes "r <model>" and "j <id>".
+  Events: one per transition. Publishes "r <model> <id>" and "j <id>".
 ]]
---- @include "keys"
 --- @include "policy"
+--- @include "declared"
 --- @include "snapshot"
 --- @include "common"
+--- @include "plan"
 --- @include "once"
 --- @include "submit"
 
@@ -52,7 +56,7 @@
 local function reply(ids, reused)
   local snapshots = {}
   for i = 1, #ids do
-    snapshots[i] = snapshot(PREFIX, ids[i])
+    snapshots[i] = snapshot(ids[i])
   end
   return {1, reused, snapshots}
 end
@@ -87,10 +91,28 @@ for i = 1, count do
   }
   payload_at = payload_at + #spec['jobs']
   local verdict = submit_check(item, caps, pending, i)
+  if verdict and verdict[1] == NEED_KEYS then
+    -- later items' verdicts depend on this one: ask for what the later
+    -- items' idempotency keys name too, then stop
+    for j = i + 1, count do
+      local later = cjson.decode(ARGV[7 + j])
+      local later_key = tonumber(later['key']) or 0
+      local held = later_key > 0 and redis.call('GET', KEYS[later_key])
+      local held_id = held and string.match(held, '^%S+ (%S+)$')
+      if held_id then
+        need_job(held_id)
+      end
+    end
+    return keys_needed()
+  end
   if verdict and type(verdict[1]) == 'number' then
     return {verdict[1], i - 1}
   end
   items[i], verdicts[i] = item, verdict
+end
+local needed = keys_needed()
+if needed then
+  return needed
 end
 
 -- Then write, in order.

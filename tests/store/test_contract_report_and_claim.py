@@ -71,6 +71,14 @@ async def test_a_repeated_result_is_not_applied_twice(store: Store) -> None:
     assert not again.results[0].recorded.applied
 
 
+async def test_the_same_result_twice_in_one_call_is_applied_once(store: Store) -> None:
+    await submit_one(store)
+    claimed = await claim_one(store)
+    step = await store.report_and_claim("w1", [MODEL], [done(claimed), done(claimed)], 0)
+    recorded = [answer.recorded for answer in step.results]
+    assert [r.applied for r in recorded if r is not None] == [True, False]
+
+
 async def test_a_retryable_failure_requeues_and_the_claim_skips_its_backoff(store: Store) -> None:
     job = await submit_one(store)
     claimed = await claim_one(store)

@@ -11,7 +11,6 @@ import pytest
 from redis.asyncio import Redis
 
 from store.codes import LuaCode
-from store.keys import lua_helpers
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
     ERROR_CANCELLED,
@@ -37,6 +36,7 @@ from store.policy import (
 from tests.redis_server import RedisServer
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "store" / "lua"
+DECLARED = (LUA_DIR / "includes" / "declared.lua").read_text()
 COMMON = (LUA_DIR / "includes" / "common.lua").read_text()
 # Status and kind values that are never also a hash field name ('completed' is one).
 VALUES = [s.value for s in JobStatus if s is not JobStatus.COMPLETED] + [k.value for k in JobKind]
@@ -96,9 +96,13 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[Redis]:
 
 async def _lua(client: Redis, body: str, *args: str | int) -> object:
     """Run `body` after the generated includes and common.lua (dummy keys, no writes)."""
-    source = lua_helpers() + lua_policy() + COMMON + body
+    source = lua_policy() + DECLARED + COMMON + body
     keys = [f"policy-test:{{p}}:{i}" for i in range(10)]
-    reply: object = await client.eval(source, len(keys), *keys, "policy-test:{p}:", 10, 1000, *args)
+    # nothing declared: the tail is the first group's KEYS index and three zero counts
+    tail = (len(keys) + 1, 0, 0, 0)
+    reply: object = await client.eval(
+        source, len(keys), *keys, "policy-test:{p}:notify", 10, 1000, *args, *tail
+    )
     return reply
 
 

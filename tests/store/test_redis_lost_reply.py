@@ -16,6 +16,7 @@ import pytest
 
 from store import StoreSettings
 from store.errors import QueueFull, StoreUnavailable
+from store.keys import Declared
 from store.model import JobStatus, ResultReport, SubmitRequest
 from store.redis_scripts import ArgValue, read_script
 from store.redis_store import RedisStore
@@ -177,12 +178,11 @@ async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
     store = await make_proxied()
     job = await submit_one(store)
     op_key = store.keys.op("late")
-    keys = store.keys.transition_keys()
-    await store._run("release", [*keys, op_key], store._common_args())
-    claim_args: list[ArgValue] = ["w1", 30000, 1, 1, "lease-1"]
-    queues = store.keys.claim_queues(["llm-small"])
-    reply = await store._transition("claim", [*queues, op_key], claim_args)
-    assert reply == []
+    await store._release_claim(op_key, Declared())
+    claim_args: list[ArgValue] = ["w1", 30000, 1, 4, 1, "llm-small", "lease-1"]
+    declared = Declared([job.id], ["llm-small"])
+    reply = await store._run_declared("claim", [], claim_args, declared, [op_key])
+    assert reply == [[], [], []]
     assert await _is_queued_unclaimed(store, job.id)
 
 

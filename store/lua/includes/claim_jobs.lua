@@ -1,6 +1,46 @@
 -- includes/claim_jobs.lua: claim queued jobs (claim.lua, report_and_claim.lua).
 --
--- Needs "keys", "policy", "snapshot" and "common" included before it.
+-- Needs "policy", "declared", "snapshot" and "common" included before it.
+--
+-- A claim meets its jobs' ids only at the queue heads, so it cannot know
+-- them beforehand. Each job's claim is a complete transition, so a claim
+-- claims the heads whose keys are declared and stops, before popping, at
+-- the first head whose keys are not (the head, or a child's parent): it
+-- answers what it claimed plus the ids it needs, and the caller claims the
+-- remainder in another call. Its answer also carries hints: the ids at the
+-- heads of the queues after it, which the next claim declares so that it
+-- seldom needs a second round.
+
+-- How many ids per ready queue a claim peeks at for the next claim's hints
+-- (at least; as many as it may claim, up to HINT_MAX).
+local HINT_HEADS = 4
+local HINT_MAX = 64
+
+-- The first `n` ids of every ready queue of `models`, priority-major.
+local function peek_heads(models, n)
+  local ids = {}
+  for p = 1, 3 do
+    for _, model in ipairs(models) do
+      for _, id in ipairs(redis.call('ZRANGE', queue_key(model, p), 0, n - 1)) do
+        ids[#ids + 1] = id
+      end
+    end
+  end
+  return ids
+end
+
+-- The claim of `id` touches its hash, its payload and a child's parent:
+-- true when all are declared (otherwise they are asked for).
+local function claimable(id)
+  if not need_job(id) then
+    return false
+  end
+  local parent_id = redis.call('HGET', jk(id), 'parent_id')
+  if parent_id and parent_id ~= '' then
+    return need_job(parent_id)
+  end
+  return true
+end
 
 local function claim_one(id, lease_id, worker_id, lease_ms)
   local key = jk(id)
@@ -29,38 +69,73 @@ local function claim_one(id, lease_id, worker_id, lease_ms)
   notify('j', id)
   notify('q', f[2])
   local parent_id = f[4]
+  local siblings = {}
   if parent_id and parent_id ~= '' then
     local pkey = jk(parent_id)
-    if redis.call('HGET', pkey, 'status') == ST.QUEUED then
+    local p = redis.call('HMGET', pkey, 'status', 'max_parallel')
+    if p[1] == ST.QUEUED then
       redis.call('HSET', pkey, 'status', ST.PROCESSING, 'start_time', NOW, 'update_time', NOW)
       emit(parent_id, ST.QUEUED, ST.PROCESSING)
       notify('j', parent_id)
     end
+    -- a hint for this attempt's end: the held children it may release
+    local max_parallel = tonumber(p[2]) or 0
+    if max_parallel > 0 then
+      siblings = redis.call('ZRANGE', held_key(parent_id), 0, max_parallel - 1)
+    end
   end
-  return {redis.call('HGETALL', key), redis.call('GET', payload_key(PREFIX, id)) or '',
-    lease_id, deadline}
+  return {redis.call('HGETALL', key), redis.call('GET', payload_key(id)) or '',
+    lease_id, deadline, siblings}
 end
 
+-- The ids at the heads of the ready queues of `models`, for the next claim
+-- of up to max_jobs, and the parents of those that are declared (a group
+-- child's claim touches its parent).
+local function head_hints(models, max_jobs)
+  local hints = peek_heads(models, math.min(math.max(HINT_HEADS, max_jobs), HINT_MAX))
+  local parents = {}
+  for i = 1, #hints do
+    local id = hints[i]
+    if D_JOB[id] then
+      local parent_id = redis.call('HGET', jk(id), 'parent_id')
+      if parent_id and parent_id ~= '' and not parents[parent_id] then
+        parents[parent_id] = true
+        hints[#hints + 1] = parent_id
+      end
+    end
+  end
+  return hints
+end
 
--- Claim up to max_jobs from the ready queues KEYS[first .. first + 3 *
--- n_models - 1] (priority-major), taking lease ids from ARGV[lease_at ..].
--- Returns the claimed entries and their {id, lease_id, deadline} leases.
-local function claim_jobs(first, n_models, max_jobs, worker_id, lease_ms, lease_at)
+-- Claim up to max_jobs from the ready queues of the declared models
+-- (`models`, a list, FIFO across them within a priority), taking lease ids
+-- from ARGV[lease_at ..]. When it stops at an undeclared head it asks for
+-- the first `peek` ids of every queue (the caller asks for more after a
+-- round lost its heads to other claimers). Returns the claimed entries, their {id, lease_id,
+-- deadline} leases, and the ids it stopped for (empty when it did not stop).
+local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
   local claimed = {}
   local leases = {}
   for p = 1, 3 do
     while #claimed < max_jobs do
       -- the head with the lowest sequence among this priority's queues
-      local best_key, best_score
-      for m = 1, n_models do
-        local key = KEYS[first - 1 + (p - 1) * n_models + m]
+      local best_key, best_score, best_id
+      for _, model in ipairs(models) do
+        local key = queue_key(model, p)
         local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
         if head[1] and (not best_score or tonumber(head[2]) < best_score) then
-          best_key, best_score = key, tonumber(head[2])
+          best_key, best_score, best_id = key, tonumber(head[2]), head[1]
         end
       end
       if not best_key then
         break
+      end
+      if not claimable(best_id) then
+        -- ask for every id the rest of this claim may meet, not just this one
+        for _, id in ipairs(peek_heads(models, math.max(peek, max_jobs - #claimed))) do
+          need_job(id)
+        end
+        return claimed, leases, NEED_IDS
       end
       local id = redis.call('ZPOPMIN', best_key)[1]
       local job = claim_one(id, ARGV[lease_at + #claimed], worker_id, lease_ms)
@@ -70,17 +145,18 @@ local function claim_jobs(first, n_models, max_jobs, worker_id, lease_ms, lease_
       end
     end
   end
-  return claimed, leases
+  return claimed, leases, NEED_IDS
 end
 
--- The claim entries of recorded leases still held (a resend's answer).
+-- The claim entries of recorded leases still held (a resend's answer: the
+-- resend declares what the first run declared, so every id is declared).
 local function replay_leases(recorded)
   local replay = {}
   for _, lease in ipairs(cjson.decode(recorded)) do
     local key = jk(lease[1])
     if redis.call('HGET', key, 'lease_id') == lease[2] then
       replay[#replay + 1] = {redis.call('HGETALL', key),
-        redis.call('GET', payload_key(PREFIX, lease[1])) or '', lease[2], lease[3]}
+        redis.call('GET', payload_key(lease[1])) or '', lease[2], lease[3]}
     end
   end
   return replay

@@ -11,15 +11,16 @@
 --   KEYS[8]  in_flight       hash       model -> PROCESSING count
 --   KEYS[9]  models          set        every model seen
 --   KEYS[10] seq             string     submit sequence (FIFO score)
---   ARGV[1]  prefix          "jobgate:{<partition>}:" (same hash tag as KEYS):
---                            per-job and per-model keys met inside a script
---                            are built from it (job hash, payload, result,
---                            children, held, ready queues, notify channel)
+--   ARGV[1]  notify channel  the partition's pub/sub channel (not a key)
 --   ARGV[2]  events_max_length
 --   ARGV[3]  result_ttl in ms
 --
--- Notifications (PUBLISH on <prefix>notify): "r <model>" a job became
--- claimable; "q <model>" a ready queue shrank (queue positions moved);
+-- Per-job and per-model keys (job hash, payload, result, children, held,
+-- ready queues) are the declared ones (includes/declared.lua, included
+-- before this file): jk(id), queue_key(model, priority)...
+--
+-- Notifications (PUBLISH on ARGV[1]): "r <model> <id>" job <id> became
+-- claimable (the id is a hint for the next claim); "q <model>" a ready queue shrank (queue positions moved);
 -- "j <id>" the job's snapshot changed.
 --
 -- Out of memory: Redis 7 runs scripts without a shebang in compatibility
@@ -30,7 +31,7 @@
 -- cancel, claim, recovery) run to completion; submit deliberately starts its
 -- writes with INCRBY, so under OOM it is refused before changing anything.
 
-local PREFIX = ARGV[1]
+local NOTIFY_CHANNEL = ARGV[1]
 local EVENTS_MAXLEN = ARGV[2]
 local RESULT_TTL_MS = tonumber(ARGV[3])
 local K_EVENTS = KEYS[1]
@@ -51,10 +52,6 @@ do
 end
 
 
-local function jk(id)
-  return job_key(PREFIX, id)
-end
-
 local function oom_guard(key)
   redis.call('HDEL', key, 'oom-guard')
 end
@@ -64,7 +61,7 @@ local function notify(kind, what)
   local message = kind .. ' ' .. what
   if not NOTIFIED[message] then
     NOTIFIED[message] = true
-    redis.call('PUBLISH', notify_channel(PREFIX), message)
+    redis.call('PUBLISH', NOTIFY_CHANNEL, message)
   end
 end
 
@@ -117,8 +114,8 @@ local function to_queued(id, from, delay_ms)
   if delay_ms > 0 then
     redis.call('ZADD', K_RETRIES, NOW + delay_ms, id)
   else
-    redis.call('ZADD', queue_key(PREFIX, f[1], f[2]), seq, id)
-    notify('r', f[1])
+    redis.call('ZADD', queue_key(f[1], f[2]), seq, id)
+    notify('r', f[1] .. ' ' .. id)
   end
   emit(id, from, ST.QUEUED)
   notify('j', id)
@@ -135,7 +132,7 @@ local function release_held(parent_id)
   local active = tonumber(p[2]) or 0
   local released = false
   while max_parallel == 0 or active < max_parallel do
-    local popped = redis.call('ZPOPMIN', held_key(PREFIX, parent_id))
+    local popped = redis.call('ZPOPMIN', held_key(parent_id))
     if #popped == 0 then
       break
     end
@@ -155,20 +152,20 @@ end
 local function expire_job(id, ttl_ms)
   local key = jk(id)
   redis.call('PEXPIRE', key, ttl_ms)
-  redis.call('PEXPIRE', payload_key(PREFIX, id), ttl_ms)
-  redis.call('PEXPIRE', result_key(PREFIX, id), ttl_ms)
+  redis.call('PEXPIRE', payload_key(id), ttl_ms)
+  redis.call('PEXPIRE', result_key(id), ttl_ms)
   local idem = redis.call('HGET', key, 'idem_ref')
   if idem and idem ~= '' then
-    redis.call('PEXPIRE', idem, ttl_ms)
+    redis.call('PEXPIRE', declared_key(idem), ttl_ms)
   end
 end
 
 -- Once a group's parent and every child are terminal they expire together.
 local function expire_group(parent_id)
   expire_job(parent_id, RESULT_TTL_MS)
-  redis.call('PEXPIRE', children_key(PREFIX, parent_id), RESULT_TTL_MS)
-  redis.call('DEL', held_key(PREFIX, parent_id))
-  for _, cid in ipairs(redis.call('LRANGE', children_key(PREFIX, parent_id), 0, -1)) do
+  redis.call('PEXPIRE', children_key(parent_id), RESULT_TTL_MS)
+  redis.call('DEL', held_key(parent_id))
+  for _, cid in ipairs(redis.call('LRANGE', children_key(parent_id), 0, -1)) do
     expire_job(cid, RESULT_TTL_MS)
   end
 end
@@ -230,10 +227,10 @@ finish = function(id, status, error_code, error_message)
   redis.call('ZREM', K_RETRIES, id)
   redis.call('ZREM', K_QTIMEOUTS, id)
   if from == ST.QUEUED and kind ~= KIND.GROUP then
-    redis.call('ZREM', queue_key(PREFIX, model, f[4]), id)
+    redis.call('ZREM', queue_key(model, f[4]), id)
     notify('q', model)
   elseif from == ST.HELD then
-    redis.call('ZREM', held_key(PREFIX, parent_id), id)
+    redis.call('ZREM', held_key(parent_id), id)
   elseif from == ST.PROCESSING and kind ~= KIND.GROUP then
     redis.call('HINCRBY', K_INFLIGHT, model, -1)
   end
@@ -279,28 +276,4 @@ local function retry_or_exhaust(id, error_code, error_message, delay_ms)
   redis.call('HSET', key, 'error_code', error_code, 'error_message', error_message)
   leave_processing(id, f[3])
   to_queued(id, ST.PROCESSING, delay_ms)
-end
-
--- Recovery of PROCESSING attempts whose deadline in `due_key` (leases or
--- run_deadlines) passed: each is a failed attempt, requeued after
--- delay_of(attempts) or exhausted. `other_key` is the attempt's other
--- deadline index, cleared when the record is gone (an orphan is dropped,
--- never recreated). Returns how many ids were due.
-local function fail_due_attempts(due_key, other_key, limit, error_code, message_of, delay_of)
-  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', NOW, 'LIMIT', 0, limit)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', due_key, id)
-    local f = redis.call('HMGET', jk(id), 'status', 'attempts')
-    if not f[1] then
-      redis.call('ZREM', other_key, id)
-    elseif f[1] == ST.PROCESSING then
-      retry_or_exhaust(id, error_code, message_of(f[2]), delay_of(tonumber(f[2])))
-    end
-  end
-  return #ids
-end
-
--- The reply of recover scripts: items handled, then the events emitted.
-local function recover_reply(handled)
-  return {handled, EMITTED}
 end

@@ -1,6 +1,6 @@
 -- includes/submit.lua: Submit's checks and writes, shared by submit.lua (one
--- request) and submit_batch.lua (many, all or nothing). Needs the `keys`,
--- `policy`, `snapshot` and `common` includes first.
+-- request) and submit_batch.lua (many, all or nothing). Needs the `policy`,
+-- `declared`, `snapshot`, `common` and `plan` includes first.
 --
 -- An item is one request:
 --   {tenant, fingerprint, idem (its idempotency key's name in KEYS, or nil),
@@ -9,13 +9,15 @@
 -- Caps: {per_tenant, total, children} (max_live_per_tenant, max_live_total,
 -- max_group_children).
 --
--- Keys built from the prefix: the job hashes, payloads, children list, held
--- set, ready queue of each model (as every transition script does).
+-- Declared by the caller: every job id of the request (a group's and its
+-- children's) and every model. The job an idempotency key names is met
+-- here: a check that needs it answers NEED_KEYS (it was asked for).
 
 -- What a check decided, besides a refusal {RC.*}: answer a job that exists
 -- already, or the job an earlier item of the same batch creates.
 local REUSE_JOB = 'job'
 local REUSE_ITEM = 'item'
+local NEED_KEYS = 'need'
 
 -- What the earlier items of a batch will create, so later items see them:
 -- idempotency keys taken (idem -> {fingerprint, index}) and live jobs added
@@ -26,8 +28,9 @@ end
 
 -- Submit's checks, in its order: idempotency first (a reuse is never
 -- capped), then the group's size, then admission. Reads only.
--- Returns {RC.*} (refused), {REUSE_JOB, id}, {REUSE_ITEM, index}, or nil:
--- create it (and `pending` now counts it as item `index`).
+-- Returns {RC.*} (refused), {REUSE_JOB, id} (its snapshot's keys asked
+-- for), {REUSE_ITEM, index}, {NEED_KEYS} (the held job is not declared), or
+-- nil: create it (and `pending` now counts it as item `index`).
 local function submit_check(item, caps, pending, index)
   local idem = item.idem
   if idem then
@@ -41,10 +44,14 @@ local function submit_check(item, caps, pending, index)
     local held = redis.call('GET', idem)
     if held then
       local held_fingerprint, held_id = string.match(held, '^(%S+) (%S+)$')
+      if held_id and not need_job(held_id) then
+        return {NEED_KEYS}
+      end
       if held_id and redis.call('EXISTS', jk(held_id)) == 1 then
         if held_fingerprint ~= item.fingerprint then
           return {RC.IDEMPOTENCY_KEY_REUSED}
         end
+        plan_snapshot(held_id)
         return {REUSE_JOB, held_id}
       end
     end
@@ -87,7 +94,7 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
     'worker_id', '', 'error_code', '', 'error_message', '')
   redis.call('PERSIST', key)
   if payload then
-    redis.call('SET', payload_key(PREFIX, job['id']), payload)
+    redis.call('SET', payload_key(job['id']), payload)
   end
   redis.call('SADD', K_MODELS, job['model'])
   return key
@@ -109,15 +116,24 @@ local function submit_create(item)
   local root = spec['id']
   if spec['kind'] == KIND.GROUP then
     local pkey = submit_new_record(item, spec, seq, KIND.GROUP, ST.QUEUED, '', 0, nil)
+    -- child_models: a plan learns every child's model with the group's
+    -- record, without reading the children first (includes/plan.lua)
+    local models, seen = {}, {}
+    for _, child in ipairs(jobs) do
+      if not seen[child['model']] then
+        seen[child['model']] = true
+        models[#models + 1] = child['model']
+      end
+    end
     redis.call('HSET', pkey, 'max_parallel', spec['max_parallel'], 'total', n, 'done', 0,
-      'completed', 0, 'active', 0)
+      'completed', 0, 'active', 0, 'child_models', cjson.encode(models))
     emit(root, nil, ST.QUEUED)
     for i, child in ipairs(jobs) do
       -- a child takes its sequence number when it is released (to_queued)
       submit_new_record(item, child, 0, KIND.CHILD, ST.HELD, root, i - 1,
         ARGV[item.payload_at + i - 1])
-      redis.call('RPUSH', children_key(PREFIX, root), child['id'])
-      redis.call('ZADD', held_key(PREFIX, root), i - 1, child['id'])
+      redis.call('RPUSH', children_key(root), child['id'])
+      redis.call('ZADD', held_key(root), i - 1, child['id'])
       emit(child['id'], nil, ST.HELD)
     end
     release_held(root)
@@ -128,9 +144,9 @@ local function submit_create(item)
     if queue_timeout > 0 then
       redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, root)
     end
-    redis.call('ZADD', queue_key(PREFIX, job['model'], spec['priority']), seq, root)
+    redis.call('ZADD', queue_key(job['model'], spec['priority']), seq, root)
     emit(root, nil, ST.QUEUED)
-    notify('r', job['model'])
+    notify('r', job['model'] .. ' ' .. root)
   end
   notify('j', root)
 

@@ -1,0 +1,125 @@
+-- includes/declared.lua: the per-job and per-model keys a script may touch,
+-- all passed in KEYS by the caller (store/keys.py spells them; no Lua
+-- builds a key name). On Redis Cluster a key outside KEYS would fail
+-- halfway through a script while its slot migrates, or read nil for a key
+-- already moved; declared keys make Redis answer MOVED/TRYAGAIN before the
+-- script runs.
+--
+-- After a script's own KEYS (and before its trailing ones: the operation
+-- key stays last), the caller appends, in this order:
+--   5 keys per declared job id:  job hash, payload, result, children, held
+--   3 keys per declared model:   its ready queues, priority 1, 2, 3
+--   raw keys:                    keys named by records (a job's idem_ref)
+-- and ARGV ends with the declared job ids, then the declared models, then
+-- four counts: the KEYS index of the first job group, n_ids, n_models, n_raw.
+-- ARGC is the number of the script's own ARGV (before that tail).
+--
+-- Using an undeclared job or model is a bug, a hard error(). A script that
+-- meets an id it could not know beforehand (a queue head, a parent, held
+-- children, due ids, a job's model) asks for it with need_*() while it
+-- reads, and before its first write returns keys_needed():
+--   {RC.KEYS_NEEDED, {job id, ...}, {model, ...}, {raw key, ...}}
+-- having written nothing; the caller declares them and calls again.
+
+local ARGC
+local D_JOB = {}      -- job id -> KEYS index of its job hash
+local D_MODEL = {}    -- model -> KEYS index of its priority-1 ready queue
+local D_KEY = {}      -- every key name in KEYS
+do
+  local n = #ARGV
+  local key_at = tonumber(ARGV[n - 3])
+  local n_ids, n_models = tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1])
+  ARGC = n - 4 - n_ids - n_models
+  for i = 1, n_ids do
+    D_JOB[ARGV[ARGC + i]] = key_at + (i - 1) * 5
+  end
+  local model_at = key_at + n_ids * 5
+  for i = 1, n_models do
+    D_MODEL[ARGV[ARGC + n_ids + i]] = model_at + (i - 1) * 3
+  end
+  for _, name in ipairs(KEYS) do
+    D_KEY[name] = true
+  end
+end
+
+local function job_index(id)
+  local i = D_JOB[id]
+  if not i then
+    error('undeclared job ' .. tostring(id) .. ' was not declared in KEYS')
+  end
+  return i
+end
+
+local function jk(id) return KEYS[job_index(id)] end
+local function payload_key(id) return KEYS[job_index(id) + 1] end
+local function result_key(id) return KEYS[job_index(id) + 2] end
+local function children_key(id) return KEYS[job_index(id) + 3] end
+local function held_key(id) return KEYS[job_index(id) + 4] end
+
+local function queue_key(model, priority)
+  local i = D_MODEL[model]
+  if not i then
+    error('undeclared model ' .. tostring(model) .. ' was not declared in KEYS')
+  end
+  return KEYS[i + tonumber(priority) - 1]
+end
+
+-- A key named by a record (idem_ref): usable only if it is in KEYS.
+local function declared_key(name)
+  if not D_KEY[name] then
+    error('undeclared key ' .. tostring(name) .. ' was not declared in KEYS')
+  end
+  return name
+end
+
+local NEED_IDS, NEED_MODELS, NEED_RAW = {}, {}, {}
+local NEEDED_ID, NEEDED_MODEL, NEEDED_RAW = {}, {}, {}
+
+-- True if job `id` is declared; otherwise asks for it.
+local function need_job(id)
+  if D_JOB[id] then
+    return true
+  end
+  if not NEEDED_ID[id] then
+    NEEDED_ID[id] = true
+    NEED_IDS[#NEED_IDS + 1] = id
+  end
+  return false
+end
+
+local function need_model(model)
+  if not model or model == '' or D_MODEL[model] then
+    return
+  end
+  if not NEEDED_MODEL[model] then
+    NEEDED_MODEL[model] = true
+    NEED_MODELS[#NEED_MODELS + 1] = model
+  end
+end
+
+local function need_key(name)
+  if not name or name == '' or D_KEY[name] then
+    return
+  end
+  if not NEEDED_RAW[name] then
+    NEEDED_RAW[name] = true
+    NEED_RAW[#NEED_RAW + 1] = name
+  end
+end
+
+local function needs_count()
+  return #NEED_IDS + #NEED_MODELS + #NEED_RAW
+end
+
+-- {ids, models, raw keys} asked for so far.
+local function needs()
+  return {NEED_IDS, NEED_MODELS, NEED_RAW}
+end
+
+-- The reply asking for more keys, or nil when every key needed is declared.
+local function keys_needed()
+  if needs_count() == 0 then
+    return nil
+  end
+  return {RC.KEYS_NEEDED, NEED_IDS, NEED_MODELS, NEED_RAW}
+end
