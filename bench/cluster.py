@@ -16,16 +16,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench import servers
+from bench.commandstats import commandstats
 from bench.e2e import INFLIGHT, Run, measure, ready_worker
 from bench.report import table
 from bench.sink import Sink
 from serving.settings import ServerSettings
 from store.keys import Keys, partition_tags
 from tests.cluster_servers import ClusterDeployment
+from tests.redis_server import RedisServer
 
 MASTERS = (1, 3)
 PARTITIONS = (1, 12)
 WORKER_CONCURRENCY = 8
+INFLIGHT_CALLS = 32
+# The client gives every Submit an idempotency key, and a keyed Submit goes to
+# its tenant's partition: one tenant's jobs all land in one partition. The
+# 12-partition rows are also run with one tenant per call in flight, which is
+# what spreads the jobs themselves over the partitions.
+SPREAD_TENANTS = INFLIGHT_CALLS
+# (masters, partitions, tenants) of each row.
+ROWS = [(masters, partitions, tenants)
+        for masters in MASTERS for partitions in PARTITIONS
+        for tenants in ((1,) if partitions == 1 else (1, SPREAD_TENANTS))]  # fmt: skip
 # The masters' CPU columns: as many as the largest cluster has.
 MASTER_NAMES = tuple(f"master {index}" for index in range(1, max(MASTERS) + 1))
 OTHER_PROCESSES = ("gateway", "worker-server", "worker")
@@ -35,7 +47,9 @@ OTHER_PROCESSES = ("gateway", "worker-server", "worker")
 class ClusterRow:
     masters: int
     partitions: int
+    tenants: int
     per_master: tuple[int, ...]  # partitions whose slot each master serves, in port order
+    scripts: tuple[float, ...]  # EVALSHA per job on each master, in port order
     run: Run
 
     @property
@@ -52,19 +66,27 @@ def partitions_per_master(cluster: ClusterDeployment, partitions: int) -> tuple[
     return tuple(owners[node.port] for node in cluster.primaries())
 
 
-def cluster_row(sink: Sink, masters: int, partitions: int, jobs: int) -> ClusterRow:
+def _scripts(node: RedisServer) -> int:
+    return commandstats(node)["evalsha"]
+
+
+def cluster_row(sink: Sink, masters: int, partitions: int, tenants: int, jobs: int) -> ClusterRow:
     model = "bench-cluster"
     with servers.on_cluster(masters, partitions) as (topology, cluster):
         per_master = partitions_per_master(cluster, partitions)
         with ready_worker(topology, sink, model, WORKER_CONCURRENCY) as pids:
             run = Run(topology.name, WORKER_CONCURRENCY, INFLIGHT)
-            measure(topology, sink, pids, run, model, jobs, inflight=32)
-    return ClusterRow(masters, partitions, per_master, run)
+            nodes = cluster.primaries()
+            before = [_scripts(node) for node in nodes]
+            measure(topology, sink, pids, run, model, jobs,
+                    inflight=INFLIGHT_CALLS, tenants=tenants)  # fmt: skip
+            scripts = tuple((_scripts(node) - first) / jobs
+                            for node, first in zip(nodes, before, strict=True))  # fmt: skip
+    return ClusterRow(masters, partitions, tenants, per_master, scripts, run)
 
 
 def cluster_rows(sink: Sink, jobs: int) -> list[ClusterRow]:
-    return [cluster_row(sink, masters, partitions, jobs)
-            for masters in MASTERS for partitions in PARTITIONS]  # fmt: skip
+    return [cluster_row(sink, *row, jobs) for row in ROWS]
 
 
 def _cpu_cell(run: Run, process: str) -> str:
@@ -73,14 +95,15 @@ def _cpu_cell(run: Run, process: str) -> str:
 
 
 def cluster_lines(rows: Sequence[ClusterRow]) -> list[str]:
-    cells = [[str(row.masters), str(row.partitions), str(row.owners),
+    cells = [[str(row.masters), str(row.partitions), str(row.tenants), str(row.owners),
               ", ".join(map(str, row.per_master)),
+              ", ".join(f"{value:.2f}" for value in row.scripts),
               *([row.run.note, "", ""] if row.run.note else
                 [str(row.run.jobs), f"{row.run.seconds:.2f}", f"{row.run.rate:.0f}"]),
               *(_cpu_cell(row.run, name) for name in (*MASTER_NAMES, *OTHER_PROCESSES))]
              for row in rows]  # fmt: skip
-    header = ["masters", "partitions", "masters owning partitions", "partitions per master",
-              "jobs", "seconds", "jobs/s",
+    header = ["masters", "partitions", "tenants", "masters owning partitions",
+              "partitions per master", "scripts per job by master", "jobs", "seconds", "jobs/s",
               *(f"{name} CPU" for name in (*MASTER_NAMES, *OTHER_PROCESSES))]  # fmt: skip
     return ["## 9. Redis Cluster: throughput and each master's CPU (no persistence, no "
             f"replicas; worker concurrency {WORKER_CONCURRENCY}, {INFLIGHT})", "",
@@ -90,7 +113,13 @@ def cluster_lines(rows: Sequence[ClusterRow]) -> list[str]:
             "cluster, gateway, worker-server and worker process. Masters are numbered in port "
             "order; `-` is a master the row's cluster does not have. \"Masters owning "
             "partitions\" counts the distinct masters serving the slots of the deployment's "
-            "hash tags; \"partitions per master\" is how many each serves, in master order. "
+            "hash tags; \"partitions per master\" is how many each serves, in master order; "
+            "\"scripts per job\" is each master's EVALSHA count (INFO commandstats) over the "
+            "run / jobs. The client gives every Submit an idempotency key and a keyed Submit "
+            "goes to its tenant's partition, so one tenant's jobs all land in one partition "
+            "(only the claims' reads of every partition's queue heads reach the others); "
+            f"with {SPREAD_TENANTS} tenants the producer's callers take a tenant each "
+            "(x-jobgate-tenant, open mode), which spreads the jobs over the partitions. "
             f"Every process (producer, servers, worker, masters) shares this machine's "
             f"{os.cpu_count()} cores, so throughput cannot scale with the masters; the "
             "masters' CPU split is the figure that shows the partitions spreading the work.",

@@ -56,7 +56,7 @@ FULL = Plan(
           latency_rate=200, latency_seconds=10),
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
-    cluster_jobs=3000,
+    cluster_jobs=2000,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
