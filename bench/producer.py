@@ -1,11 +1,13 @@
 """The producer process: Submit calls through jobgate.JobClient, timed for the sink.
 
     python -m bench.producer --target HOST:PORT --model M --jobs N
-        [--inflight K | --batch B | --rate R] [--payload-bytes P]
+        [--inflight K [--tenants T] | --batch B | --rate R] [--payload-bytes P]
 
 Closed loop with K Submit calls in flight (1: one at a time), or BatchSubmit
 calls of B jobs one at a time, or an open loop offering R Submits per second
 (each call starts on schedule, whether the previous ones returned or not).
+With T tenants (open-mode servers: x-jobgate-tenant), the closed loop's
+callers take tenants "bench-0".. in turn, one JobClient each.
 Every payload starts with its call's start time (bench.handlers.stamp). Prints
 one JSON object: jobs, first_start, last_return, cpu_seconds (this process,
 from the first call to the last return), or `unavailable` with the reason.
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -39,16 +43,18 @@ def batch_submit_missing() -> str | None:
     return None
 
 
-async def closed_loop(client: JobClient, model: str, jobs: int, inflight: int, size: int) -> None:
+async def closed_loop(
+    clients: Sequence[JobClient], model: str, jobs: int, inflight: int, size: int
+) -> None:
     remaining = jobs
 
-    async def caller() -> None:
+    async def caller(client: JobClient) -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
             await client.submit(model, payload(size))
 
-    await asyncio.gather(*(caller() for _ in range(inflight)))
+    await asyncio.gather(*(caller(clients[index % len(clients)]) for index in range(inflight)))
 
 
 async def open_loop(client: JobClient, model: str, jobs: int, rate: float, size: int) -> None:
@@ -78,7 +84,13 @@ async def batches(client: JobClient, model: str, jobs: int, batch: int, size: in
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
     if args.batch and (missing := batch_submit_missing()):
         return {"unavailable": missing}
-    async with JobClient(args.target, timeout=60) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        names = [None] if args.tenants == 1 else [f"bench-{i}" for i in range(args.tenants)]
+        clients = [
+            await stack.enter_async_context(JobClient(args.target, timeout=60, tenant=name))
+            for name in names
+        ]
+        client = clients[0]
         cpu, first = time.process_time(), time.time()
         try:
             if args.batch:
@@ -86,7 +98,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             elif args.rate:
                 await open_loop(client, args.model, args.jobs, args.rate, args.payload_bytes)
             else:
-                await closed_loop(client, args.model, args.jobs, args.inflight, args.payload_bytes)
+                await closed_loop(clients, args.model, args.jobs, args.inflight, args.payload_bytes)
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.UNIMPLEMENTED:
                 return {"unavailable": "not available (server answers UNIMPLEMENTED)"}
@@ -105,6 +117,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--inflight", type=int, default=1)
+    parser.add_argument("--tenants", type=int, default=1)
     parser.add_argument("--batch", type=int, default=0)
     parser.add_argument("--rate", type=float, default=0.0)
     parser.add_argument("--payload-bytes", type=int, default=256)

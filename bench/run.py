@@ -6,7 +6,8 @@
 sizes, under two minutes); its figures mean nothing. The modules:
 bench.e2e (throughput, drain, latency, CPU, Redis commands per job),
 bench.depth (cost against queue depth, memory per job), bench.under_load
-(streams and long-polls), bench.roundtrips (MONITOR round trips per RPC).
+(streams and long-polls), bench.roundtrips (MONITOR round trips per RPC),
+bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench import servers
+from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
 from bench.depth import DepthRow, depth_rows
 from bench.e2e import Sizes, TopologyFigures, throughput_and_latency
@@ -46,6 +48,7 @@ class Plan:
     probe_rate: float
     probe_seconds: float
     trips_calls: int
+    cluster_jobs: int  # per Redis Cluster row
 
 
 FULL = Plan(
@@ -53,12 +56,14 @@ FULL = Plan(
           latency_rate=200, latency_seconds=10),
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
+    cluster_jobs=2000,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
           latency_rate=200, latency_seconds=1),
     depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
+    cluster_jobs=200,
 )  # fmt: skip
 
 
@@ -221,12 +226,17 @@ def _load_section(plan: Plan, timing: Sink) -> list[str]:
     return _load_lines(states, plan)
 
 
+def _cluster_section(plan: Plan, timing: Sink) -> list[str]:
+    return cluster_lines(cluster_rows(timing, plan.cluster_jobs))
+
+
 # Sections 1-5 come from one set of end-to-end runs.
 SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "e2e": _e2e_section,
     "roundtrips": _trips_section,
     "depth": _depth_section,
     "load": _load_section,
+    "cluster": _cluster_section,
 }
 
 

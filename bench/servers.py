@@ -11,6 +11,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.cluster_servers import ClusterDeployment
 from tests.launcher import JobgateServer
 from tests.redis_server import RedisServer
 
@@ -89,6 +90,30 @@ def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
             else f"redis (appendfsync {appendfsync})"
         )
         yield Topology(name, gateway.target, worker_server.target, redis, pids)
+
+
+@contextmanager
+def on_cluster(masters: int, partitions: int) -> Iterator[tuple[Topology, ClusterDeployment]]:
+    """`jobgate gateway` + `jobgate worker-server` on a private Redis Cluster.
+
+    `masters` masters, no replicas, no persistence; the servers spread the
+    deployment over `partitions` hash tags (--redis-partitions). The pids
+    name each master "master 1".. in port order.
+    """
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobgate-bench-")))
+        cluster = ClusterDeployment(workdir / "cluster", masters=masters).start()
+        stack.callback(cluster.stop)
+        shared = {"redis-url": cluster.url, "redis-partitions": str(partitions)}
+        gateway = stack.enter_context(_server("gateway", workdir, shared))
+        worker_server = stack.enter_context(_server("worker-server", workdir, shared))
+        pids = {"gateway": _pid(gateway), "worker-server": _pid(worker_server)}
+        for index, node in enumerate(cluster.primaries(), 1):
+            assert node.process is not None
+            pids[f"master {index}"] = node.process.pid
+        name = f"cluster, {masters} masters, {partitions} partitions"
+        topology = Topology(name, gateway.target, worker_server.target, None, pids)
+        yield topology, cluster
 
 
 @contextmanager

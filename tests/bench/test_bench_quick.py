@@ -103,5 +103,40 @@ def test_load_has_idle_and_loaded_states(report: str) -> None:
     _row(report, "100 streams + 20 long-polls")
 
 
+def _cluster_section(report: str) -> str:
+    return report.split("## 9. Redis Cluster", 1)[1].split("## Run", 1)[0]
+
+
+CLUSTER_ROWS = [(1, 1, 1), (1, 12, 1), (1, 12, 32), (3, 1, 1), (3, 12, 1), (3, 12, 32)]
+
+
+@pytest.mark.parametrize(("masters", "partitions", "tenants"), CLUSTER_ROWS)
+def test_cluster_has_a_measured_row_per_masters_partitions_and_tenants(
+    report: str, masters: int, partitions: int, tenants: int
+) -> None:
+    # owners, partitions and scripts per master; jobs, seconds, jobs/s; CPU of
+    # each master the cluster has, "-" for the others; then gateway,
+    # worker-server and worker.
+    layout = r"\| \d \| [\d, ]+ \| [\d., ]+ \| \d+ \| [\d.]+ \| \d+ \|"
+    cpu = r"( [\d.]+ \|)" * masters + r"( - \|)" * (3 - masters) + r"( [\d.]+ \|){3}"
+    row = rf"^\| {masters} \| {partitions} \| {tenants} {layout}{cpu}$"
+    assert len(re.findall(row, _cluster_section(report), re.M)) == 1
+
+
+def test_cluster_rows_count_the_masters_owning_partitions(report: str) -> None:
+    owners = {
+        (int(m), int(p), int(t)): (int(owning), per_master)
+        for m, p, t, owning, per_master in re.findall(
+            r"^\| (\d) \| (\d+) \| (\d+) \| (\d) \| ([\d, ]+) \|",
+            _cluster_section(report),
+            re.M,
+        )
+    }
+    assert owners[1, 1, 1] == (1, "1") and owners[1, 12, 1] == (1, "12")
+    assert owners[3, 1, 1][0] == 1
+    # Twelve hash tags over three masters' slot ranges land on more than one.
+    assert owners[3, 12, 32][0] > 1 and sum(map(int, owners[3, 12, 32][1].split(","))) == 12
+
+
 def test_run_line_names_the_command_and_wall_time(report: str) -> None:
     assert re.search(r"Command: `python -m bench.run --quick .*`.*wall time \d+ s", report)
