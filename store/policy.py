@@ -109,8 +109,10 @@ def claim_models(models: Sequence[str]) -> list[str]:
 
 #: A watch woken only because its queue moved (a position changed) re-reads
 #: at most this often, so a burst of claims or cancels on a busy queue costs
-#: each watcher one re-read per interval, not one per move.
-POSITION_SETTLE = 0.5
+#: each watcher one re-read per interval, not one per move. 1 s: with 2,000
+#: streams on one moving queue, re-reads every 0.5 s took a whole gateway core
+#: (py-spy: 33% of its samples in watch re-reads) and Cancels waited past 10 s.
+POSITION_SETTLE = 1.0
 
 
 def watch_view(job: Job) -> tuple[object, ...]:
