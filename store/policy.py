@@ -114,6 +114,17 @@ def claim_models(models: Sequence[str]) -> list[str]:
 #: (py-spy: 33% of its samples in watch re-reads) and Cancels waited past 10 s.
 POSITION_SETTLE = 1.0
 
+#: Re-reads per second that the watchers of one queue may cost a RedisStore
+#: after queue moves, all together: a crowd of watchers on one queue then
+#: waits longer between position updates instead of taking the process's CPU
+#: from its RPCs (2,000 streams -> one update each 4 s).
+POSITION_READS_PER_SECOND = 500.0
+
+
+def position_settle(watchers: int) -> float:
+    """How long a watcher woken by a queue move waits before it re-reads."""
+    return max(POSITION_SETTLE, watchers / POSITION_READS_PER_SECOND)
+
 
 def watch_view(job: Job) -> tuple[object, ...]:
     """What makes a new watch snapshot worth sending."""

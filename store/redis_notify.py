@@ -164,6 +164,10 @@ class Notifier:
                     if not waiting:
                         del self._listeners[topic]
 
+    def listeners(self, topic: str) -> int:
+        """Listeners of `topic` (waiting or not), in O(1)."""
+        return len(self._listeners.get(topic, ()))
+
     def waiters(self, topic: str) -> int:
         """Listeners of `topic` blocked in wait() right now."""
         return sum(listener.waiting for listener in self._listeners.get(topic, ()))

@@ -82,7 +82,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
-from store.policy import POSITION_SETTLE, child_key, claim_limit, claim_models, limits, watch_view
+from store.policy import child_key, claim_limit, claim_models, limits, position_settle, watch_view
 from store.protocol import Store
 from store.redis_codec import (
     claimed_from_reply,
@@ -1167,7 +1167,9 @@ class RedisStore(Store):
                     return
                 with reporting(self.on_failure, "watch"):
                     await listener.wait(_recheck())
-                    await listener.settle(POSITION_SETTLE)
+                    await listener.settle(
+                        position_settle(self._notifier.listeners(f"q {job.model}"))
+                    )
                 if self._closed:
                     return
                 listener.clear()  # before the read: a change after it is kept

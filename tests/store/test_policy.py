@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from store import policy
 from store.codes import LuaCode
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
@@ -137,3 +138,10 @@ async def test_lua_backoff_is_retry_delay(redis_client: Redis, attempts: int) ->
     body = "\nreturn backoff_ms(tonumber(ARGV[4]), 250, 10000)"
     delay_ms = await _lua(redis_client, body, attempts)
     assert delay_ms == retry_delay(attempts, settings) // timedelta(milliseconds=1)
+
+
+def test_a_crowd_of_watchers_on_one_queue_waits_longer_between_position_reads() -> None:
+    assert policy.position_settle(0) == policy.POSITION_SETTLE
+    assert policy.position_settle(100) == policy.POSITION_SETTLE
+    # 2,000 watchers share POSITION_READS_PER_SECOND re-reads: one each 4 s.
+    assert policy.position_settle(2000) == 2000 / policy.POSITION_READS_PER_SECOND
