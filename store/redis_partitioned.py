@@ -68,6 +68,7 @@ from store.model import (
 from store.policy import claim_limit, claim_models
 from store.protocol import Store
 from store.redis_notify import ANY_MESSAGE
+from store.redis_poll import long_poll
 from store.redis_scripts import ArgValue
 from store.redis_store import Elsewhere, RedisStore
 
@@ -338,22 +339,15 @@ class PartitionedRedisStore(Store):
         if not models:
             return []
         max_jobs = claim_limit(max_jobs)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait.total_seconds()
-        with self.owner.listen(f"r {model}" for model in models) as listener:
-            listener.clear()
-            claimed = await self._claim_now(worker_id, models, max_jobs)
-            while True:
-                remaining = deadline - loop.time()
-                if claimed or remaining <= 0 or self._closed:
-                    return claimed
-                with reporting(self.on_failure, "claim"):
-                    await listener.wait(min(remaining, _recheck()))
-                if self._closed:
-                    return []
-                async with self.owner.waiter_reads:
-                    listener.clear()  # before the read: a wake-up after it is kept
-                    claimed = await self._claim_now(worker_id, models, max_jobs)
+        return await long_poll(
+            self.owner.listen(f"r {model}" for model in models),
+            lambda: self._claim_now(worker_id, models, max_jobs),
+            wait,
+            closed=lambda: self._closed,
+            reads=self.owner.waiter_reads,
+            on_failure=self.on_failure,
+            recheck=_recheck,
+        )
 
     def waiting_claims(self, model: str) -> int:
         """Claims blocked waiting for `model` on this store (tests, debugging)."""

@@ -94,6 +94,7 @@ from store.redis_codec import (
     to_ms,
 )
 from store.redis_notify import Listener, Notifier
+from store.redis_poll import long_poll
 from store.redis_scripts import ArgValue, Scripts
 from store.redis_urls import BoundedCluster, Connector, StoreClient
 
@@ -816,22 +817,15 @@ class RedisStore(Store):
         if not models:
             return []
         max_jobs = claim_limit(max_jobs)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait.total_seconds()
-        with self._notifier.listen(f"r {model}" for model in models) as listener:
-            listener.clear()
-            claimed = await self._claim_once(worker_id, models, max_jobs)
-            while True:
-                remaining = deadline - loop.time()
-                if claimed or remaining <= 0 or self._closed:
-                    return claimed
-                with reporting(self.on_failure, "claim"):
-                    await listener.wait(min(remaining, _recheck()))
-                if self._closed:
-                    return []
-                async with self._waiter_reads:
-                    listener.clear()  # before the read: a wake-up after it is kept
-                    claimed = await self._claim_once(worker_id, models, max_jobs)
+        return await long_poll(
+            self._notifier.listen(f"r {model}" for model in models),
+            lambda: self._claim_once(worker_id, models, max_jobs),
+            wait,
+            closed=lambda: self._closed,
+            reads=self._waiter_reads,
+            on_failure=self.on_failure,
+            recheck=_recheck,
+        )
 
     def waiting_claims(self, model: str) -> int:
         """Claims on this RedisStore blocked waiting for `model` (tests, debugging)."""
