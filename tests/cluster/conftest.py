@@ -11,6 +11,8 @@ import pytest
 
 from tests.cluster.rig import ClusterRig
 from tests.cluster_servers import ClusterDeployment
+from tests.rig_fixtures import close_rigs
+from tests.rig_fixtures import pytest_runtest_makereport as pytest_runtest_makereport
 
 #: JOBGATE_SOAK=1: the fault scenarios here run longer (more jobs, more faults).
 SOAK = os.environ.get("JOBGATE_SOAK") == "1"
@@ -70,19 +72,7 @@ async def make_cluster_rig(
         return rig
 
     yield make
-    failed = getattr(request.node, "rep_call", None)
-    for rig in rigs:
-        if failed is not None and failed.failed:
-            request.node.add_report_section("call", "fault rig logs", rig.logs())
-        await rig.close()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when == "call":
-        item.rep_call = report  # type: ignore[attr-defined]
+    await close_rigs(rigs, request)
 
 
 def pytest_configure(config: pytest.Config) -> None:

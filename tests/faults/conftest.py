@@ -21,6 +21,8 @@ import pytest
 
 from tests.faults.rig import FAULT_SETTINGS, Figures, Rig
 from tests.redis_server import RedisServer
+from tests.rig_fixtures import close_rigs
+from tests.rig_fixtures import pytest_runtest_makereport as pytest_runtest_makereport
 
 SHORT_TIMEOUT = 120
 SOAK_TIMEOUT = 3600
@@ -117,19 +119,7 @@ async def make_rig(
         return rig
 
     yield make
-    failed = getattr(request.node, "rep_call", None)
-    for rig in rigs:
-        if failed is not None and failed.failed:
-            request.node.add_report_section("call", "fault rig logs", rig.logs())
-        await rig.close()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when == "call":
-        item.rep_call = report  # type: ignore[attr-defined]
+    await close_rigs(rigs, request)
 
 
 @pytest.fixture
