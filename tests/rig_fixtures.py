@@ -1,9 +1,10 @@
-"""What the fault rigs' fixtures share (tests/faults, tests/cluster): closing the
-rigs a test built, with their logs in a failed test's report.
+"""What the fault rigs' fixtures share (tests/faults, tests/cluster): the rigs a
+test built, closed after it, their logs in a failed test's report.
 
 A conftest that builds rigs imports `pytest_runtest_makereport` from here (a
-hook counts only where a conftest holds it), so `close_rigs` can tell a failed
-test from a passed one.
+hook counts only where a conftest holds it). The logs go into the call
+phase's report as it is made: a section added at teardown would land in the
+teardown's report, which passed, and pytest shows no sections of a pass.
 """
 
 from __future__ import annotations
@@ -14,20 +15,27 @@ import pytest
 
 from tests.faults.rig import Rig
 
+_RIGS = pytest.StashKey[list[Rig]]()
 
-async def close_rigs(rigs: Sequence[Rig], request: pytest.FixtureRequest) -> None:
-    """Close each rig (workers, then servers), attaching its logs if the test failed."""
-    failed = getattr(request.node, "rep_call", None)
+
+def tracked_rigs(request: pytest.FixtureRequest) -> list[Rig]:
+    """The list a rig fixture appends this test's rigs to (their logs go with a failure)."""
+    rigs: list[Rig] = []
+    request.node.stash[_RIGS] = rigs
+    return rigs
+
+
+async def close_rigs(rigs: Sequence[Rig]) -> None:
+    """Close each rig: workers, then servers."""
     for rig in rigs:
-        if failed is not None and failed.failed:
-            request.node.add_report_section("call", "fault rig logs", rig.logs())
         await rig.close()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Keep the call phase's report on the item, for close_rigs."""
+    """A failed test's report gets the logs of every rig it built."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when == "call":
-        item.rep_call = report  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        for rig in item.stash.get(_RIGS, []):
+            report.sections.append(("fault rig logs", rig.logs()))

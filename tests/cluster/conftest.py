@@ -11,7 +11,7 @@ import pytest
 
 from tests.cluster.rig import ClusterRig
 from tests.cluster_servers import ClusterDeployment
-from tests.rig_fixtures import close_rigs
+from tests.rig_fixtures import close_rigs, tracked_rigs
 from tests.rig_fixtures import pytest_runtest_makereport as pytest_runtest_makereport
 
 #: JOBGATE_SOAK=1: the fault scenarios here run longer (more jobs, more faults).
@@ -64,7 +64,7 @@ async def make_cluster_rig(
 ) -> AsyncIterator[ClusterRigFactory]:
     """Build fault rigs on a cluster; each is closed (workers, then servers) after the test,
     its logs attached to a failed test's report."""
-    rigs: list[ClusterRig] = []
+    rigs = tracked_rigs(request)
 
     def make(cluster: ClusterDeployment, **options: Any) -> ClusterRig:
         rig = ClusterRig(tmp_path / f"rig{len(rigs)}", cluster, **options)
@@ -72,7 +72,7 @@ async def make_cluster_rig(
         return rig
 
     yield make
-    await close_rigs(rigs, request)
+    await close_rigs(rigs)
 
 
 def pytest_configure(config: pytest.Config) -> None:

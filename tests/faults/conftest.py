@@ -21,7 +21,7 @@ import pytest
 
 from tests.faults.rig import FAULT_SETTINGS, Figures, Rig
 from tests.redis_server import RedisServer
-from tests.rig_fixtures import close_rigs
+from tests.rig_fixtures import close_rigs, tracked_rigs
 from tests.rig_fixtures import pytest_runtest_makereport as pytest_runtest_makereport
 
 SHORT_TIMEOUT = 120
@@ -105,8 +105,9 @@ def make_redis(tmp_path: Path) -> Iterator[RedisFactory]:
 async def make_rig(
     tmp_path: Path, make_redis: RedisFactory, request: pytest.FixtureRequest
 ) -> AsyncIterator[RigFactory]:
-    """Build rigs; each is closed (workers, then servers) after the test."""
-    rigs: list[Rig] = []
+    """Build rigs; each is closed (workers, then servers) after the test, its logs
+    attached to a failed test's report."""
+    rigs = tracked_rigs(request)
 
     def make(
         redis_server: RedisServer | None = None, settings: dict[str, str] | None = None, **kw: Any
@@ -119,7 +120,7 @@ async def make_rig(
         return rig
 
     yield make
-    await close_rigs(rigs, request)
+    await close_rigs(rigs)
 
 
 @pytest.fixture
