@@ -121,18 +121,10 @@ def _single(url: str, scheme: str) -> SingleServer:
 
 
 def _sentinel(rest: str) -> SentinelTarget:
-    location, _, query = rest.partition("?")
-    if query:
-        raise BadRedisUrl(f"redis+sentinel:// takes no query parameters, got {_quote(query)}")
+    location = _without_query(rest, SENTINEL_SCHEME)
     netloc, slash, path = location.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    if not at:
-        hosts = netloc
-    username, password = _credentials(userinfo) if at else (None, None)
-    if not hosts:
-        raise BadRedisUrl("redis+sentinel:// needs at least one sentinel HOST:PORT")
-    sentinels = tuple(
-        _host_port(item, "sentinel", DEFAULT_SENTINEL_PORT) for item in hosts.split(",")
+    sentinels, username, password = _hosts(
+        netloc, SENTINEL_SCHEME, "sentinel", DEFAULT_SENTINEL_PORT
     )
     segments = path.split("/") if slash else []
     if not segments or not segments[0]:
@@ -149,9 +141,7 @@ def _sentinel(rest: str) -> SentinelTarget:
 
 
 def _cluster(rest: str) -> ClusterTarget:
-    location, _, query = rest.partition("?")
-    if query:
-        raise BadRedisUrl(f"redis+cluster:// takes no query parameters, got {_quote(query)}")
+    location = _without_query(rest, CLUSTER_SCHEME)
     netloc, _, path = location.partition("/")
     if path:
         # Cluster serves database 0 only; a /db would be silently wrong.
@@ -159,14 +149,34 @@ def _cluster(rest: str) -> ClusterTarget:
             f"bad path {_quote('/' + path)}: redis+cluster:// takes no database "
             "(Redis Cluster has only database 0)"
         )
+    nodes, username, password = _hosts(netloc, CLUSTER_SCHEME, "node", DEFAULT_CLUSTER_PORT)
+    return ClusterTarget(nodes, username, password)
+
+
+def _without_query(rest: str, scheme: str) -> str:
+    """The URL after "<scheme>://" up to its query, refused if it has one."""
+    location, _, query = rest.partition("?")
+    if query:
+        raise BadRedisUrl(f"{scheme}:// takes no query parameters, got {_quote(query)}")
+    return location
+
+
+def _hosts(
+    netloc: str, scheme: str, role: str, default_port: int
+) -> tuple[tuple[tuple[str, int], ...], str | None, str | None]:
+    """(hosts, username, password) of a sentinel or cluster URL's
+    [user:password@]HOST[:PORT],...; `role` names a host in errors."""
     userinfo, at, hosts = netloc.rpartition("@")
     if not at:
         hosts = netloc
     username, password = _credentials(userinfo) if at else (None, None)
     if not hosts:
-        raise BadRedisUrl("redis+cluster:// needs at least one node HOST:PORT")
-    nodes = tuple(_host_port(item, "node", DEFAULT_CLUSTER_PORT) for item in hosts.split(","))
-    return ClusterTarget(nodes, username, password)
+        raise BadRedisUrl(f"{scheme}:// needs at least one {role} HOST:PORT")
+    return (
+        tuple(_host_port(item, role, default_port) for item in hosts.split(",")),
+        username,
+        password,
+    )
 
 
 def _credentials(userinfo: str) -> tuple[str | None, str | None]:
