@@ -303,8 +303,9 @@ class PartitionedRedisStore(Store):
         One pipelined read before the submit script, which checks its own
         partition atomically: concurrent submits to several partitions may
         pass a cap together (see docs/redis-layout.md, "Partitions"). The
-        queues give a new job's position: it is the newest, so every ready
-        job of its class and above elsewhere is ahead of it.
+        queues give a new job's position: its score is its partition's
+        newest, so every ready job of its class and above elsewhere is ahead
+        of it (on Cluster, up to a master whose clock runs ahead).
         """
         tenants = sorted({request.tenant for request in requests})
         classes = sorted(
