@@ -87,7 +87,7 @@ class Keys:
 
     # Per model -----------------------------------------------------------------
     def queue(self, model: str, priority: Priority) -> str:
-        """Sorted set: claimable job ids of (model, priority) scored by submit sequence."""
+        """Sorted set: claimable job ids of (model, priority) scored by queue score (seq)."""
         return f"{self.prefix}queue:{model}:{int(priority)}"
 
     def claim_queues(self, models: list[str]) -> list[str]:
@@ -142,7 +142,7 @@ class Keys:
 
     @property
     def seq(self) -> str:
-        """String: the submit sequence counter (INCR), the FIFO score."""
+        """String: the last queue score handed out: max(last + 1, Redis TIME in µs)."""
         return self.prefix + "seq"
 
     @property

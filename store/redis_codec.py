@@ -107,6 +107,15 @@ def job_from_snapshot(reply: Sequence[Any]) -> Job:
     return job_from_record(record(flat), int(position), bytes(result), children)
 
 
+def queue_score(snapshot: Sequence[Any]) -> str:
+    """A snapshot's ready-queue score (its record's "seq"; "0" before it was queued)."""
+    flat = snapshot[0]
+    for i in range(0, len(flat), 2):
+        if flat[i] == b"seq":
+            return str(flat[i + 1].decode())
+    return "0"
+
+
 def claimed_from_reply(reply: Sequence[Any]) -> ClaimedJob:
     """claim.lua's {record, payload, lease_id, lease_deadline_ms}."""
     flat, payload, lease_id, deadline = reply

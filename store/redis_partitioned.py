@@ -14,13 +14,15 @@ first partition's; see RedisStore.sibling). docs/redis-layout.md,
   % N, where its idempotency key lives: each script stays on one slot and a
   key always finds its original.
 * Every call on a job goes straight to the id's partition.
-* A claim reads the heads of its models' ready queues in every partition
-  (one pipeline), takes the oldest jobs of the best priority (ids are
-  submit times), one claim script per partition chosen, and waits on any
-  partition's "r <model>" notification when nothing is claimable.
-* Queue position sums the partitions' counts; the audit stream is every
-  partition's stream merged, with cursors that hold one position per
-  partition.
+* A claim reads the heads of its models' ready queues, with their scores,
+  in every partition (one pipeline), takes the best priority's jobs of the
+  lowest score (each partition's clock in µs, strictly increasing; the
+  lower partition index on a tie), one claim script per partition chosen,
+  and waits on any partition's "r <model>" notification when nothing is
+  claimable.
+* Queue position sums the partitions' counts (in the others: ZCOUNT below
+  the job's score, O(log N)); the audit stream is every partition's stream
+  merged, with cursors that hold one position per partition.
 """
 
 from __future__ import annotations
@@ -107,8 +109,7 @@ class PartitionIds:
     Drawn by rejection: the next values after the last id are tried until
     one's crc32 lands in the partition (N tries expected). The last two
     characters vary fastest, so a try costs one crc32 of two bytes over the
-    prefix's. Increasing ids make claim order across partitions follow
-    submit order exactly for jobs one gateway submitted.
+    prefix's. Claim order does not rest on ids (queue scores decide it).
     """
 
     def __init__(self, partitions: int) -> None:
@@ -144,8 +145,40 @@ def _up_to(priority: Priority) -> tuple[Priority, ...]:
     return PRIORITIES_IN_CLAIM_ORDER[: _RANK[priority] + 1]
 
 
-def _claim_order(claimed: ClaimedJob) -> tuple[int, str]:
-    return _RANK[claimed.job.priority], claimed.job.id
+# Claim order across partitions: (priority rank, queue score, partition index).
+Order = tuple[int, float, int]
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What one read of the queues' heads chose, and the order of every head it saw."""
+
+    counts: list[tuple[int, int]]  # (partition, jobs to claim there), best first
+    order: dict[str, Order]  # job id -> its place in claim order
+
+    def sort(self, claimed: Iterable[ClaimedJob], partitions: int) -> list[ClaimedJob]:
+        """Leases in claim order; a job the plan did not see (others took the
+        ones it saw first) sorts after its priority's seen ones."""
+
+        def place(lease: ClaimedJob) -> tuple[Order, str]:
+            job = lease.job
+            unseen = (_RANK[job.priority], float("inf"), partition_of(job.id, partitions))
+            return self.order.get(job.id, unseen), job.id
+
+        return sorted(claimed, key=place)
+
+
+def _scored(reply: Sequence[Any]) -> list[tuple[bytes, float]]:
+    """A ZRANGE ... WITHSCORES reply as (member, score) pairs, flat (RESP2) or paired (RESP3)."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return [(bytes(member), float(score)) for member, score in reply]
+    return [(bytes(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def _count_bound(score: str, other: int, index: int) -> str:
+    """ZCOUNT's max bound in partition `other` for a job of partition `index`:
+    on an equal score the lower partition index is claimed first."""
+    return score if other < index else "(" + score
 
 
 class PartitionedRedisStore(Store):
@@ -213,8 +246,8 @@ class PartitionedRedisStore(Store):
     def _id_source(self, index: int) -> Callable[[], str]:
         return lambda: self._ids.new(index)
 
-    def _position_source(self, index: int) -> Callable[[Job], Awaitable[int]]:
-        return lambda job: self._position_elsewhere(index, job)
+    def _position_source(self, index: int) -> Callable[[Job, str], Awaitable[int]]:
+        return lambda job, score: self._position_elsewhere(index, job, score)
 
     def _submit_source(
         self, index: int
@@ -271,8 +304,9 @@ class PartitionedRedisStore(Store):
         One pipelined read before the submit script, which checks its own
         partition atomically: concurrent submits to several partitions may
         pass a cap together (see docs/redis-layout.md, "Partitions"). The
-        queues give a new job's position: it is the newest, so every ready
-        job of its class and above elsewhere is ahead of it.
+        queues give a new job's position: its score is its partition's
+        newest, so every ready job of its class and above elsewhere is ahead
+        of it (on Cluster, up to a master whose clock runs ahead).
         """
         tenants = sorted({request.tenant for request in requests})
         classes = sorted(
@@ -307,19 +341,20 @@ class PartitionedRedisStore(Store):
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
         return await self.part_of(job_id).list_children(tenant, job_id)
 
-    async def _position_elsewhere(self, index: int, job: Job) -> int:
+    async def _position_elsewhere(self, index: int, job: Job, score: str) -> int:
         """Jobs the other partitions queue ahead of `job` (its partition counted it already).
 
         Ahead, in claim order: every ready job of a higher priority, and of its
-        own priority those with a smaller id (an older submit). One
-        position_elsewhere.lua per other partition, in one pipeline;
-        O(partitions x log^2 N).
+        own priority those of a lower queue score than `score` (the job's),
+        or an equal one in a lower partition. One position_elsewhere.lua (a
+        ZCOUNT and ZCARDs) per other partition, in one pipeline;
+        O(partitions x log N).
         """
         calls = [
             (
                 [part.keys.queue(job.model, job.priority)]
                 + [part.keys.queue(job.model, p) for p in _up_to(job.priority)[:-1]],
-                [job.id],
+                [_count_bound(score, other, index)],
             )
             for other, part in enumerate(self.parts)
             if other != index
@@ -353,12 +388,14 @@ class PartitionedRedisStore(Store):
         """Claims blocked waiting for `model` on this store (tests, debugging)."""
         return self.owner.waiting_claims(model)
 
-    async def _plan(self, models: list[str], max_jobs: int) -> list[tuple[int, int]]:
-        """(partition, jobs to claim there) for the best `max_jobs` ready jobs, best first.
+    async def _plan(self, models: list[str], max_jobs: int) -> _Plan:
+        """Where the best `max_jobs` ready jobs are: (partition, jobs to claim there), best first.
 
-        One pipeline reads the first max_jobs ids of every ready queue of the
-        models in every partition; the best are those of the highest
-        priority, then the oldest (a ULID starts with its submit time).
+        One pipeline reads the first max_jobs ids and scores of every ready
+        queue of the models in every partition; the best are those of the
+        highest priority, then the lowest score (the oldest by the partition's
+        clock), then the lower partition. Each partition's claim script takes
+        its queues' heads in the same order, so the plan merges sorted runs.
         O(partitions x models x priorities x log N).
         """
         commands: list[list[ArgValue]] = []
@@ -366,18 +403,19 @@ class PartitionedRedisStore(Store):
         for index, part in enumerate(self.parts):
             for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER):
                 for model in models:
-                    commands.append(["ZRANGE", part.keys.queue(model, priority), 0, max_jobs - 1])
+                    queue = part.keys.queue(model, priority)
+                    commands.append(["ZRANGE", queue, 0, max_jobs - 1, "WITHSCORES"])
                     queues.append((index, rank))
         replies = await self.owner.read_pipelined("claim", commands)
-        candidates = [
-            (rank, member.decode(), index)
-            for (index, rank), members in zip(queues, replies, strict=True)
-            for member in members
-        ]
+        order = {
+            member.decode(): (rank, score, index)
+            for (index, rank), heads in zip(queues, replies, strict=True)
+            for member, score in _scored(heads)
+        }
         counts: dict[int, int] = {}
-        for _, _, index in heapq.nsmallest(max_jobs, candidates):
+        for _, _, index in heapq.nsmallest(max_jobs, order.values()):
             counts[index] = counts.get(index, 0) + 1  # dicts keep first-seen (best) order
-        return list(counts.items())
+        return _Plan(list(counts.items()), order)
 
     async def _claim_now(
         self, worker_id: str, models: list[str], max_jobs: int
@@ -385,12 +423,14 @@ class PartitionedRedisStore(Store):
         """Claim what the plan finds; plan again if other workers took all of it first."""
         for _ in range(PLAN_ROUNDS):
             plan = await self._plan(models, max_jobs)
-            if not plan:
+            if not plan.counts:
                 return []
-            calls = [self.parts[index].claim(worker_id, models, count) for index, count in plan]
+            calls = [
+                self.parts[index].claim(worker_id, models, count) for index, count in plan.counts
+            ]
             claimed = [job for jobs in await self._all_or_release(calls, list) for job in jobs]
             if claimed:
-                return sorted(claimed, key=_claim_order)
+                return plan.sort(claimed, len(self.parts))
         return []
 
     async def _all_or_release(
@@ -476,7 +516,8 @@ class PartitionedRedisStore(Store):
         by_part: dict[int, list[int]] = {}
         for position, (job_id, _, _) in enumerate(results):
             by_part.setdefault(partition_of(job_id, len(self.parts)), []).append(position)
-        plan = dict(await self._plan(models, max_jobs)) if max_jobs else {}
+        chosen = await self._plan(models, max_jobs) if max_jobs else _Plan([], {})
+        plan = dict(chosen.counts)
         spare = max_jobs - sum(plan.values())
         if spare and by_part:
             # a result may queue a job where it ran (a group's next child):
@@ -497,7 +538,7 @@ class PartitionedRedisStore(Store):
             answers.update(zip(by_part.get(index, []), step.results, strict=True))
             claimed += step.claimed
         return ReportedAndClaimed(
-            [answers[i] for i in range(len(results))], sorted(claimed, key=_claim_order)
+            [answers[i] for i in range(len(results))], chosen.sort(claimed, len(self.parts))
         )
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:

@@ -90,6 +90,7 @@ from store.redis_codec import (
     event_from_fields,
     job_from_snapshot,
     ms_to_datetime,
+    queue_score,
     record,
     to_ms,
 )
@@ -285,7 +286,7 @@ class RedisStore(Store):
         # jobs other partitions queue ahead of a QUEUED job (Get, Watch), and
         # the store whose connections this one shares (None: its own).
         self.new_id: Callable[[], str] = _new_ulid
-        self.position_elsewhere: Callable[[Job], Awaitable[int]] | None = None
+        self.position_elsewhere: Callable[[Job, str], Awaitable[int]] | None = None
         self.before_submit: Callable[[Sequence[SubmitRequest]], Awaitable[Elsewhere]] | None = None
         self._shares: RedisStore | None = None
 
@@ -637,7 +638,7 @@ class RedisStore(Store):
     async def _submitted(self, reused: bool, snapshot: Any, elsewhere: Elsewhere) -> SubmitResult:
         job = self._job_submitted(snapshot)
         if reused:
-            job = await self._positioned(job)  # an older job: count as Get does
+            job = await self._positioned(job, snapshot)  # an older job: count as Get does
         elif job.queue_position is not None:
             # a new job queues behind what the other partitions held just before
             ahead = elsewhere.ahead.get((job.model, job.priority), 0)
@@ -776,13 +777,13 @@ class RedisStore(Store):
             transition=False,
         )
         _check_code(reply, job_id)
-        return await self._positioned(self._job(reply[1]))
+        return await self._positioned(self._job(reply[1]), reply[1])
 
-    async def _positioned(self, job: Job) -> Job:
+    async def _positioned(self, job: Job, snapshot: Any) -> Job:
         """The job with the jobs other partitions queue ahead of it counted in."""
         if self.position_elsewhere is None or job.queue_position is None:
             return job
-        ahead = await self.position_elsewhere(job)
+        ahead = await self.position_elsewhere(job, queue_score(snapshot))
         return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
     async def payload(self, tenant: str, job_id: str) -> bytes:

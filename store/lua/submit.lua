@@ -35,7 +35,7 @@
     {-8, ids, models, keys}  KEYS_NEEDED: the job the idempotency key names
           (and its snapshot's keys): declare them and call again (nothing
           changed)
-    OOM error (redis): the first write (INCR) is refused before any change
+    OOM error (redis): the first write (SET seq) is refused before any change
 
   Transitions: none -> QUEUED (single, group parent); none -> HELD -> QUEUED
   (children, up to max_parallel). Events: one per transition. Publishes

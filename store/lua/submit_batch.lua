@@ -38,7 +38,7 @@
     {-8, ids, models, keys}  KEYS_NEEDED: jobs idempotency keys name (and
              their snapshots' keys): declare them and call again (nothing
              changed)
-    OOM error (redis): the first write (INCR) is refused before any change
+    OOM error (redis): the first write (SET seq) is refused before any change
 
   Transitions: as submit.lua, for each created item: none -> QUEUED (single,
   group parent); none -> HELD -> QUEUED (children, up to max_parallel).

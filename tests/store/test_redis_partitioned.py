@@ -10,8 +10,11 @@ partition names.
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from importlib.resources import files
 from typing import Any
 
 import pytest
@@ -293,6 +296,106 @@ async def test_queue_position_counts_higher_priorities_of_every_partition(make: 
     for _ in range(3):  # one in each partition
         await store.submit(single(priority=Priority.INTERACTIVE))
     assert (await store.get(TENANT, batch.id)).queue_position == 3
+
+
+def _lagging_ids(store: PartitionedRedisStore, per_partition: int) -> None:
+    """Make `store` (a gateway) submit with ids of an hour ago, handed out
+    newest first: smaller than any other gateway's, and decreasing along its
+    own submits, as ids from clocks that disagree can be."""
+    hour_ago = time.time_ns() - 3600 * 10**9
+    with pytest.MonkeyPatch.context() as patch:  # synchronous: nothing else runs meanwhile
+        patch.setattr(time, "time_ns", lambda: hour_ago)
+        drawn = [[store._ids.new(index) for _ in range(per_partition)] for index in range(3)]
+    for part, ids in zip(store.parts, drawn, strict=True):
+        part.new_id = ids.pop
+
+
+async def test_queue_position_is_claim_order_when_ids_do_not_follow_submit_order(
+    make: Factory,
+) -> None:
+    lagging, ahead = await make(), await make()  # two gateways of one deployment
+    _lagging_ids(lagging, per_partition=4)
+    jobs = []
+    for _ in range(6):  # interleaved: each queue's ids go up and down along it
+        jobs.append((await ahead.submit(single())).job)
+        jobs.append((await lagging.submit(single())).job)
+    queues = [[job.id for job in jobs if partition_of(job.id, 3) == i] for i in range(3)]
+    assert all(ids != sorted(ids) for ids in queues)
+    positions = {job.id: (await ahead.get(TENANT, job.id)).queue_position for job in jobs}
+    claimed = [(await ahead.claim("w1", [MODEL]))[0].job.id for _ in jobs]
+    assert [positions[job_id] for job_id in claimed] == list(range(len(jobs)))
+
+
+async def test_claims_across_partitions_follow_queue_scores_not_ids(make: Factory) -> None:
+    lagging, ahead = await make(), await make()
+    _lagging_ids(lagging, per_partition=2)
+    first = (await ahead.parts[0].submit(single())).job
+    second = (await lagging.parts[1].submit(single())).job  # a smaller id, submitted later
+    assert second.id < first.id
+    claimed = await ahead.claim("w1", [MODEL], max_jobs=2)
+    assert [c.job.id for c in claimed] == [first.id, second.id]
+
+
+async def test_queue_scores_increase_when_a_partitions_clock_goes_back(
+    make: Factory, raw: Redis
+) -> None:
+    store = await make()
+    home = store.parts[0]
+    future = 2**52  # microseconds: far past this clock (a failover to a master ahead)
+    await raw.set(home.keys.seq, future)
+    jobs = [(await home.submit(single())).job for _ in range(3)]
+    scores = [await raw.zscore(home.keys.queue(MODEL, Priority.BATCH), job.id) for job in jobs]
+    assert scores == [future + 1, future + 2, future + 3]
+
+
+async def test_equal_scores_in_two_partitions_claim_the_lower_partition_first(
+    make: Factory, raw: Redis
+) -> None:
+    store = await make()
+    for part in store.parts:  # every partition hands out the same next score
+        await raw.set(part.keys.seq, 2**52)
+    later = (await store.parts[2].submit(single())).job
+    earlier = (await store.parts[0].submit(single())).job
+    positions = [(await store.get(TENANT, job.id)).queue_position for job in (earlier, later)]
+    assert positions == [0, 1]
+    claimed = await store.claim("w1", [MODEL], max_jobs=2)
+    assert [c.job.id for c in claimed] == [earlier.id, later.id]
+
+
+async def _zset_reads(raw: Redis) -> int:
+    """Sorted-set reads Redis ran so far, scripts' own included (INFO commandstats)."""
+    stats = await raw.info("commandstats")
+    names = ("zcount", "zcard", "zrange", "zrank", "zscore", "zrangebyscore")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
+
+
+async def _reads_of_a_get(store: PartitionedRedisStore, raw: Redis, job_id: str) -> int:
+    before = await _zset_reads(raw)
+    await store.get(TENANT, job_id)
+    return await _zset_reads(raw) - before
+
+
+async def test_a_positions_cost_does_not_grow_with_the_other_partitions_queues(
+    make: Factory, raw: Redis
+) -> None:
+    store = await make()
+    job = (await store.parts[0].submit(single())).job
+    reads_short = await _reads_of_a_get(store, raw, job.id)
+    queued = 20_000
+    for part in store.parts[1:]:  # long queues ahead of the job elsewhere
+        await raw.zadd(part.keys.queue(MODEL, Priority.BATCH), {f"x{i}": i for i in range(queued)})
+    reads_long = await _reads_of_a_get(store, raw, job.id)
+    assert reads_long == reads_short
+    assert (await store.get(TENANT, job.id)).queue_position == 2 * queued
+
+
+def test_position_elsewhere_lua_only_counts() -> None:
+    text = (files("store") / "lua" / "position_elsewhere.lua").read_text()
+    code = text.split("]]", 1)[1]  # after the header
+    assert set(re.findall(r"redis\.call\('(\w+)'", code)) == {"ZCOUNT", "ZCARD"}
+    assert "while" not in code and "repeat" not in code
+    # its one loop is over the KEYS (the higher priorities), not the queue
+    assert re.findall(r"\bfor\b[^\n]*", code) == ["for i = 2, #KEYS do"]
 
 
 async def test_events_of_every_partition_are_merged_in_stream_order(make: Factory) -> None:

@@ -10,7 +10,7 @@
 --   KEYS[7]  live_total      string     live job count, all tenants
 --   KEYS[8]  in_flight       hash       model -> PROCESSING count
 --   KEYS[9]  models          set        every model seen
---   KEYS[10] seq             string     submit sequence (FIFO score)
+--   KEYS[10] seq             string     the last ready-queue score handed out (microseconds, next_seq)
 --   ARGV[1]  notify channel  the partition's pub/sub channel (not a key)
 --   ARGV[2]  events_max_length
 --   ARGV[3]  result_ttl in ms
@@ -29,7 +29,8 @@
 -- issues a write that never grows memory (HDEL of an absent field), after
 -- which the transitions that must survive OOM (heartbeat, set_result,
 -- cancel, claim, recovery) run to completion; submit deliberately starts its
--- writes with INCRBY, so under OOM it is refused before changing anything.
+-- writes with next_seq's SET, so under OOM it is refused before changing
+-- anything.
 
 local NOTIFY_CHANNEL = ARGV[1]
 local EVENTS_MAXLEN = ARGV[2]
@@ -45,10 +46,26 @@ local K_INFLIGHT = KEYS[8]
 local K_MODELS = KEYS[9]
 local K_SEQ = KEYS[10]
 
-local NOW
+local NOW, NOW_US
 do
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The next ready-queue score ("seq") of this partition: its clock in
+-- microseconds, strictly above the last score handed out, max(last + 1,
+-- now). Strictly increasing, so FIFO within the partition is what a counter
+-- gave; a clock, so scores of different partitions compare (claims across
+-- partitions take the lowest, position_elsewhere.lua counts with ZCOUNT).
+-- Below 2^53 until the year 2255, so exact in a double and in Lua; formatted
+-- with %.0f because Lua's tostring keeps only 14 digits. The SET is DENYOOM:
+-- submit's first write.
+local function next_seq()
+  local last = tonumber(redis.call('GET', K_SEQ) or '0') or 0
+  local seq = string.format('%.0f', math.max(last + 1, NOW_US))
+  redis.call('SET', K_SEQ, seq)
+  return seq
 end
 
 
@@ -97,14 +114,14 @@ local function leave_processing(id, model)
 end
 
 -- HELD or PROCESSING -> QUEUED, claimable now (delay 0) or after delay_ms.
--- A job takes the next sequence number when it is first queued; a requeued
+-- A job takes the next score (next_seq) when it is first queued; a requeued
 -- job keeps its own, so it goes back to its place.
 local function to_queued(id, from, delay_ms)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout')
   local seq = f[3]
   if not seq or seq == '' or seq == '0' then
-    seq = redis.call('INCR', K_SEQ)
+    seq = next_seq()
   end
   redis.call('HSET', key, 'status', ST.QUEUED, 'update_time', NOW, 'seq', seq)
   local queue_timeout = tonumber(f[4]) or 0

@@ -107,9 +107,10 @@ local function submit_create(item)
   local jobs = spec['jobs']
   local n = #jobs
   local tenant = item.tenant
-  -- First write: INCR is DENYOOM, so under OOM nothing below happens (and
-  -- in a batch, the first item's INCR comes before any other write).
-  local seq = redis.call('INCR', K_SEQ)
+  -- First write: next_seq's SET is DENYOOM, so under OOM nothing below
+  -- happens (and in a batch, the first item's SET comes before any other
+  -- write).
+  local seq = next_seq()
   redis.call('HINCRBY', K_LIVE, tenant, n)
   redis.call('INCRBY', K_LIVE_TOTAL, n)
 
@@ -129,7 +130,7 @@ local function submit_create(item)
       'completed', 0, 'active', 0, 'child_models', cjson.encode(models))
     emit(root, nil, ST.QUEUED)
     for i, child in ipairs(jobs) do
-      -- a child takes its sequence number when it is released (to_queued)
+      -- a child takes its score (next_seq) when it is released (to_queued)
       submit_new_record(item, child, 0, KIND.CHILD, ST.HELD, root, i - 1,
         ARGV[item.payload_at + i - 1])
       redis.call('RPUSH', children_key(root), child['id'])
