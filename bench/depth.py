@@ -34,6 +34,10 @@ PAYLOAD = b"x" * 1024
 TENANT = "default"  # the servers run open: a call without tenant metadata is "default"
 PIPELINE = 1000  # submits per pipeline
 PIPELINES_IN_FLIGHT = 2  # one being built while Redis runs the other
+# Untimed calls of each kind before the timed ones at every depth: the first
+# calls after a fill of 900k jobs meet cold caches and a keyspace that Redis
+# may still be rehashing, which is the fill's cost, not the depth's.
+WARMUP_CALLS = 50
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,11 @@ class DepthRow:
     position: int  # the probe job's queue_position as Get answered it
     fill_rate: float  # jobs/s of the bulk fill up to this depth
     memory_per_job: float  # bytes of used_memory per queued job, over the fill
+    # Redis's own time over the timed probes (INFO commandstats usec): per
+    # script call, and per command the scripts ran. They separate the cost of
+    # the scripts' work from what grows with the dataset's size in memory.
+    script_usec: float
+    command_usec: float
 
 
 class BulkFiller:
@@ -86,6 +95,11 @@ class BulkFiller:
             await asyncio.gather(*(self._pipeline(size) for size in sizes))
             done += sum(sizes)
         return done
+
+    async def redis_usec(self) -> dict[str, tuple[int, int]]:
+        """INFO commandstats: command -> (calls, usec)."""
+        stats = await self.client.info("commandstats")
+        return {name: (int(row["calls"]), int(row["usec"])) for name, row in stats.items()}
 
     async def used_memory(self) -> int:
         info = await self.client.info("memory")
@@ -166,10 +180,29 @@ async def depth_rows(
                 note = f"fill stopped at {queued} queued jobs (budget {fill_budget:.0f}s)"
                 break
             per_job = (await filler.used_memory() - memory_start) / queued
+            await probe(jobs, workers, WARMUP_CALLS)
+            usec_before = await filler.redis_usec()
             submit, get, claim, position = await probe(jobs, workers, calls)
-            rows.append(DepthRow(depth, submit, get, claim, position, rate, per_job))
+            script_usec, command_usec = _redis_usec(usec_before, await filler.redis_usec())
+            rows.append(DepthRow(depth, submit, get, claim, position, rate, per_job,
+                                 script_usec, command_usec))  # fmt: skip
     finally:
         await filler.close()
         await job_channel.close(None)
         await worker_channel.close(None)
     return rows, note
+
+
+def _redis_usec(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> tuple[float, float]:
+    """Redis usec per EVALSHA, and per other command, between two commandstats reads."""
+    script_calls = script_usec = command_calls = command_usec = 0
+    for name, (calls, usec) in after.items():
+        calls_before, usec_before = before.get(name, (0, 0))
+        if name == "cmdstat_evalsha":
+            script_calls, script_usec = calls - calls_before, usec - usec_before
+        elif name != "cmdstat_info":
+            command_calls += calls - calls_before
+            command_usec += usec - usec_before
+    return script_usec / max(1, script_calls), command_usec / max(1, command_calls)

@@ -27,7 +27,7 @@ from pathlib import Path
 from bench import servers
 from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
-from bench.depth import DepthRow, depth_rows
+from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
 from bench.e2e import Sizes, TopologyFigures, throughput_and_latency
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import round_trips
@@ -145,18 +145,23 @@ def _p50_p99(samples: list[float]) -> str:
 
 def _depth_lines(rows: list[DepthRow], note: str, calls: int) -> list[str]:
     cells = [[f"{row.depth:,}", _p50_p99(row.submit), _p50_p99(row.get), f"{row.position:,}",
-              _p50_p99(row.claim), f"{row.fill_rate:.0f}", f"{row.memory_per_job:.0f}"]
+              _p50_p99(row.claim), f"{row.fill_rate:.0f}", f"{row.memory_per_job:.0f}",
+              f"{row.script_usec:.0f} / {row.command_usec:.1f}"]
              for row in rows]  # fmt: skip
     header = ["queued", "Submit p50 / p99 ms", "Get p50 / p99 ms", "queue_position read",
               "ClaimNext p50 / p99 ms", "bulk fill jobs/s",
-              "used_memory bytes per job"]  # fmt: skip
+              "used_memory bytes per job", "Redis µs per script / per command"]  # fmt: skip
     lines = [f"## 7. Cost against queue depth (Redis, no persistence, 1 KiB payloads, {calls} "
              "calls each)", "", *table(header, cells), ""]  # fmt: skip
     if note:
         lines += [f"Largest depth measured: {rows[-1].depth if rows else 0:,}; {note}.", ""]
     lines += ["The queue is filled through RedisStore's submit script, pipelined "
               "(bench/depth.py); the probes are gRPC calls to the gateway and worker-server. "
-              "used_memory per job is (used_memory now - before the fill) / queued.",
+              "used_memory per job is (used_memory now - before the fill) / queued. "
+              f"Each depth's timed calls follow {WARMUP_CALLS} untimed ones of each kind. The "
+              "last column is Redis's own time over the timed calls (INFO commandstats): per "
+              "script call, and per command the scripts ran; when both grow alike with the "
+              "depth, it is the dataset's size in memory, not more work per call.",
               ""]  # fmt: skip
     return lines
 
