@@ -15,7 +15,7 @@ import socket
 import threading
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -482,7 +482,7 @@ async def test_a_script_still_asking_for_keys_after_the_last_round_fails_naming_
 # -- claim hints from notifications -----------------------------------------------
 
 
-def _no_client() -> AsyncRedis:
+async def _no_client(channels: Sequence[str], stale: Sequence[str]) -> list[AsyncRedis]:
     raise AssertionError("the notifier is never started here")
 
 
