@@ -258,7 +258,11 @@ class Notifier:
 
     async def _read(self, subscription: Subscription) -> None:
         """Dispatch one subscription's messages until it breaks, then report it lost."""
-        reason = await subscription.read(self._dispatch)
+        try:
+            reason = await subscription.read(self._dispatch)
+        except Exception as error:  # a bug must not end wake-ups silently: fail loudly, re-make
+            log.exception("redis notifications reader failed")
+            reason = repr(error)
         if not self._closed:
             self._lost(subscription, reason)
 

@@ -409,6 +409,47 @@ async def test_a_failover_of_the_partition_master_is_followed(
         await store.close()
 
 
+async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_serves(
+    replicated_cluster: ClusterDeployment,
+) -> None:
+    # The dead master is not partition 0's: its subscription is one of several,
+    # and while it is down the claim (listening on every partition) may miss a
+    # wake-up, so it fails UNAVAILABLE rather than wait silently.
+    cluster = replicated_cluster
+    store = open_store(cluster.url, StoreSettings(), partition=uuid.uuid4().hex[:10], partitions=8)
+    assert isinstance(store, PartitionedRedisStore)
+    await store.open()
+    try:
+        first = cluster.owner(cluster.slot_of(store.parts[0].keys.notify))
+        victim_part = next(
+            part
+            for part in store.parts
+            if cluster.owner(cluster.slot_of(part.keys.notify)) is not first
+        )
+        victim = cluster.owner(cluster.slot_of(victim_part.keys.notify))
+        claim = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await wait_claiming(store, MODEL)
+        started = time.monotonic()
+        cluster.kill(victim)
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(claim, 10)
+        assert time.monotonic() - started < 2.5, "a lost subscription fails waiters quickly"
+
+        async def notifications_back() -> bool:
+            return store.owner._notifier._error is None
+
+        await assert_eventually(notifications_back, timeout=RECOVERY_BOUND, interval=0.1)
+        claim = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await wait_claiming(store, MODEL)
+        woken_at = time.monotonic()
+        job = await submit(victim_part)
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == job.id
+        assert time.monotonic() - woken_at < 2.0, "woken through the replica's subscription"
+    finally:
+        await store.close()
+
+
 async def test_ping_asks_the_master_of_the_partition(shared_cluster: ClusterDeployment) -> None:
     owner = shared_cluster.primaries()[2]
     store = open_store(shared_cluster.url, StoreSettings(), partition_on(shared_cluster, owner))
