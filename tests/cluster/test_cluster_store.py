@@ -211,6 +211,28 @@ async def test_a_submit_publishes_on_its_shard_only(shared_cluster: ClusterDeplo
         await store.close()
 
 
+def bus_publishes(cluster: ClusterDeployment) -> int:
+    """PUBLISH messages the nodes sent each other over the cluster bus, so far."""
+    sent = 0
+    for node in cluster.alive:
+        with cluster.client(node) as client:
+            info = client.execute_command("CLUSTER", "INFO")
+        for line in info.splitlines():
+            if line.startswith("cluster_stats_messages_publish_sent:"):
+                sent += int(line.split(":", 1)[1])
+    return sent
+
+
+async def test_a_submit_sends_no_publish_over_the_cluster_bus(
+    shared_cluster: ClusterDeployment, cluster_store: Store
+) -> None:
+    # A PUBLISH goes to every other node (2 here, per message); an SPUBLISH only
+    # to the shard's replicas (none here).
+    before = bus_publishes(shared_cluster)
+    await submit(cluster_store)
+    assert bus_publishes(shared_cluster) == before
+
+
 def subscriber_on(node: RedisServer) -> Any:
     return redis.Redis(port=node.port, socket_timeout=5).pubsub()  # type: ignore[no-untyped-call]
 
