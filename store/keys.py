@@ -152,7 +152,10 @@ class Keys:
 
     @property
     def notify(self) -> str:
-        """Pub/sub channel (not a key): "r <model>", "q <model>", "j <job id>"."""
+        """Pub/sub channel (not a key): "r <model>", "q <model>", "j <job id>".
+
+        It carries the partition's hash tag: on Cluster the scripts SPUBLISH
+        on it, which Redis allows only for a channel in the script's slot."""
         return self.prefix + "notify"
 
     def job_group(self, job_id: str) -> list[str]:

@@ -1,18 +1,26 @@
-"""Cross-replica wake-ups: one pub/sub connection per RedisStore, local waiters.
+"""Cross-replica wake-ups: pub/sub subscriptions per RedisStore, local waiters.
 
-Scripts PUBLISH short messages on the partition's channel ("r <model> <id>":
+Scripts publish short messages on the partition's channel ("r <model> <id>":
 job <id> became claimable, topic "r <model>"; "q <model>": a ready queue
 shrank; "j <id>": a job changed). The ids of "r" messages are handed to
 `on_ready`, so the next claim declares them (a hint, store/lua/includes/
-declared.lua). `Notifier` reads them on one task and sets the asyncio events of
-the local `Listener`s interested in that message. A listener is level
+declared.lua). `Notifier` reads them and sets the asyncio events of the
+local `Listener`s interested in that message. A listener is level
 triggered: clear it, read the state, then wait; a message that arrives
 after the clear is never lost.
 
-If the pub/sub connection breaks, every waiter fails at once with
-StoreUnavailable (never a silent hang) and the notifier reconnects in the
-background; after a reconnect every listener is woken once, since messages
-may have been missed meanwhile.
+On one server or Sentinel there is one subscription (SUBSCRIBE of every
+channel). On Cluster the scripts SPUBLISH (sharded pub/sub: the message
+stays on the shard of the channel's slot), so there is one subscription per
+master that serves a partition: SSUBSCRIBE of that master's channels on a
+connection to it (docs/cluster.md, "Wake-ups").
+
+If a subscription breaks (connection lost, PING unanswered, or on Cluster a
+`sunsubscribe` pushed by Redis because a channel's slot moved away), every
+waiter fails at once with StoreUnavailable (never a silent hang) and the
+notifier re-locates the channels and subscribes again in the background;
+after that every listener is woken once, since messages may have been
+missed meanwhile.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -39,6 +47,13 @@ _RECONNECT_SECONDS = 0.2
 #: A listener of this topic hears every message (the partitioned store's
 #: blocking events read: any transition may have appended an event).
 ANY_MESSAGE = "*"
+# What a published message reads as: plain pub/sub, sharded pub/sub.
+_PUBLISHED = ("message", "smessage")
+
+#: (every channel, the stale ones) -> the client of the node serving each
+#: channel now (one client object per node); stale channels are located
+#: through Redis first, the others from what the client knows.
+Locate = Callable[[Sequence[str], Sequence[str]], Awaitable[list[Redis]]]
 
 
 class Listener:
@@ -89,36 +104,49 @@ class Listener:
 
 
 class Notifier:
-    def __init__(self, client_factory: Callable[[], Awaitable[Redis]], channel: str) -> None:
+    """The store's subscriptions (one per node serving its channels) and their local listeners."""
+
+    def __init__(self, locate: Locate, channel: str, sharded: bool = False) -> None:
         # Called on every (re)subscribe: on Cluster it finds the node that owns
-        # the channel's slot now, so a failover or a slot move is followed.
-        self._client_factory = client_factory
+        # each channel's slot now, so a failover or a slot move is followed.
+        self._locate = locate
+        self._sharded = sharded
         self._channels = [channel]
         self._listeners: dict[str, set[Listener]] = {}
+        self._subscriptions: list[Subscription] = []
+        # Channels whose owner may have changed (their subscription broke):
+        # re-located through Redis before the next subscribe.
+        self._stale: set[str] = set()
+        self._broken = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._error: str | None = "not started"
         self._closed = False
-        self._current: Any = None  # the live PubSub, closed by close()
         # Called with (channel, model, job id) for every "r" message, listened to or not.
         self.on_ready: Callable[[str, str, str], None] = lambda channel, model, job_id: None
 
     def add_channel(self, channel: str) -> None:
-        """Also hear `channel` (another partition's, sharing this connection); before start()."""
+        """Also hear `channel` (another partition's); before start()."""
         self._channels.append(channel)
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def subscriptions(self) -> list[Subscription]:
+        """The live subscriptions (tests, debugging)."""
+        return [s for s in self._subscriptions if s.live]
+
     def check(self) -> None:
         if self._error is not None and not self._closed:
             raise StoreUnavailable(f"store notifications are down: {self._error}")
 
     async def start(self) -> None:
-        """Subscribe (raises StoreUnavailable if Redis is down) and start reading."""
-        pubsub = await self._subscribe()
+        """Subscribe (raises StoreUnavailable if Redis is down) and start following."""
+        self._stale.update(self._channels)
+        await self._subscribe()
         self._error = None
-        self._task = asyncio.create_task(self._run(pubsub), name="jobgate-redis-notify")
+        self._task = asyncio.create_task(self._run(), name="jobgate-redis-notify")
 
     async def close(self) -> None:
         self._closed = True
@@ -126,28 +154,23 @@ class Notifier:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._current is not None:
-            with contextlib.suppress(RedisError, OSError):
-                await self._current.aclose()
-            self._current = None
+        for subscription in self._subscriptions:
+            await subscription.close()
+        self._subscriptions = []
         self._wake_all()
 
     async def resubscribe(self, primary: tuple[str, int]) -> None:
-        """Unless subscribed on `primary` already, drop the subscription (the primary moved).
+        """Drop every subscription not on `primary` already (the primary moved: Sentinel).
 
-        The reader sees the broken connection like any other, fails the
-        waiters of the moment, subscribes again (on the new primary: the
-        pool asks the sentinels) and wakes every listener once. A
-        subscription the reader already re-made on `primary` (after the old
-        one died) is kept: dropping it would fail its waiters for nothing.
+        Its reader sees the broken connection like any other, fails the
+        waiters of the moment, and the notifier subscribes again (on the new
+        primary: the pool asks the sentinels) and wakes every listener once.
+        A subscription the reader already re-made on `primary` (after the
+        old one died) is kept: dropping it would fail its waiters for nothing.
         """
-        connection = getattr(self._current, "connection", None)
-        if connection is None:
-            return
-        if (getattr(connection, "host", None), getattr(connection, "port", None)) == primary:
-            return
-        with contextlib.suppress(RedisError, OSError):
-            await connection.disconnect()
+        for subscription in self.subscriptions:
+            if subscription.address() not in (None, primary):
+                await subscription.disconnect()
 
     @contextlib.contextmanager
     def listen(self, topics: Iterable[str]) -> Iterator[Listener]:
@@ -182,7 +205,7 @@ class Notifier:
                 listener.own_event.set()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        if message.get("type") != "message":
+        if message.get("type") not in _PUBLISHED:
             return
         data = message.get("data")
         if not isinstance(data, bytes):
@@ -200,58 +223,157 @@ class Notifier:
             if topic in listener.own or ANY_MESSAGE in listener.own:
                 listener.own_event.set()
 
-    async def _subscribe(self) -> Any:
+    async def _subscribe(self) -> None:
+        """Every channel subscribed on the node serving it now; raises StoreUnavailable.
+
+        A live subscription that holds exactly the channels its node serves
+        now is kept; any other is closed and made again (its channels moved,
+        or a channel moved to its node). Stale channels are located through
+        Redis first (a MOVED or a dead node refreshes the slot map).
+        """
         try:
-            client = await self._client_factory()
+            owners = await self._locate(self._channels, sorted(self._stale))
         except (RedisError, RedisClusterException, OSError) as error:
             raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
-        # Subscribe confirmations come through (and _dispatch skips them): ignored
-        # ones read as None, which the keep-alive below takes for silence.
-        pubsub = client.pubsub(ignore_subscribe_messages=False)
-        self._current = pubsub
+        groups: dict[int, tuple[Redis, list[str]]] = {}
+        for channel, client in zip(self._channels, owners, strict=True):
+            groups.setdefault(id(client), (client, []))[1].append(channel)
+        kept: list[Subscription] = []
+        for subscription in self._subscriptions:
+            group = groups.get(id(subscription.client))
+            if subscription.live and group is not None and group[1] == subscription.channels:
+                kept.append(subscription)
+                del groups[id(subscription.client)]
+            else:
+                await subscription.close()
+        self._subscriptions = kept
+        for client, channels in groups.values():
+            subscription = Subscription(client, channels, self._sharded)
+            await subscription.open()
+            self._subscriptions.append(subscription)
+            subscription.reader = asyncio.create_task(
+                self._read(subscription), name="jobgate-redis-notify-read"
+            )
+        self._stale.clear()
+
+    async def _read(self, subscription: Subscription) -> None:
+        """Dispatch one subscription's messages until it breaks, then report it lost."""
         try:
-            await pubsub.subscribe(*self._channels)
-        except (RedisError, OSError) as error:
-            self._current = None
-            with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-            raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
-        return pubsub
+            reason = await subscription.read(self._dispatch)
+        except Exception as error:  # a bug must not end wake-ups silently: fail loudly, re-make
+            log.exception("redis notifications reader failed")
+            reason = repr(error)
+        if not self._closed:
+            self._lost(subscription, reason)
 
-    async def _run(self, pubsub: Any) -> None:
-        awaiting_pong = False
+    def _lost(self, subscription: Subscription, reason: str) -> None:
+        """Fail every waiter now (messages may be missed from here on) and re-subscribe."""
+        subscription.live = False
+        self._stale.update(subscription.channels)
+        self._error = reason
+        log.warning("redis notifications lost (%s); reconnecting", reason)
+        self._wake_all()
+        self._broken.set()
+
+    async def _run(self) -> None:
         while not self._closed:
-            try:
-                message = await pubsub.get_message(timeout=_POLL_SECONDS)
-                if message is None:
-                    if awaiting_pong:
-                        raise RedisConnectionError("no answer to PING on the subscription")
-                    await pubsub.ping()
-                awaiting_pong = message is None
-            except (RedisConnectionError, OSError, RedisError) as error:
-                self._error = str(error) or type(error).__name__
-                log.warning("redis notifications lost (%s); reconnecting", self._error)
-                self._wake_all()
-                self._current = None
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()
-                pubsub = await self._reconnect()
-                awaiting_pong = False
-                continue
-            if message is not None:
-                self._dispatch(message)
+            await self._broken.wait()
+            await self._restore()
 
-    async def _reconnect(self) -> Any:
+    async def _restore(self) -> None:
         while True:
             await asyncio.sleep(_RECONNECT_SECONDS)
+            self._broken.clear()
             try:
-                pubsub = await self._subscribe()
+                await self._subscribe()
             except StoreUnavailable:
                 continue
+            if self._broken.is_set():
+                continue  # another subscription broke meanwhile
             self._error = None
             log.info("redis notifications restored")
             self._wake_all()  # messages may have been missed while down
-            return pubsub
+            return
+
+
+class Subscription:
+    """One pub/sub connection: `channels`, all on the node `client` reaches."""
+
+    def __init__(self, client: Redis, channels: list[str], sharded: bool) -> None:
+        self.client = client
+        self.channels = channels
+        self.sharded = sharded
+        self.live = False
+        self.pubsub: Any = None
+        self.reader: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Subscribe; raises StoreUnavailable if the node cannot be reached."""
+        # Subscribe confirmations come through (and _dispatch skips them): ignored
+        # ones read as None, which the keep-alive below takes for silence.
+        pubsub = self.client.pubsub(ignore_subscribe_messages=False)
+        self.pubsub = pubsub
+        try:
+            if self.sharded:
+                # one SSUBSCRIBE per channel: Redis refuses one naming several slots
+                for channel in self.channels:
+                    await pubsub.ssubscribe(channel)
+            else:
+                await pubsub.subscribe(*self.channels)
+        except (RedisError, OSError) as error:
+            await self._close_pubsub()
+            raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
+        self.live = True
+
+    async def read(self, dispatch: Callable[[dict[str, Any]], None]) -> str:
+        """Hand every message to `dispatch`; return why the subscription ended."""
+        awaiting_pong = False
+        while True:
+            try:
+                message = await self.pubsub.get_message(timeout=_POLL_SECONDS)
+                if message is None:
+                    if awaiting_pong:
+                        raise RedisConnectionError("no answer to PING on the subscription")
+                    await self.pubsub.ping()
+            except (RedisError, OSError) as error:
+                # also a MOVED answering SSUBSCRIBE: the slot moved before we subscribed
+                return str(error) or type(error).__name__
+            awaiting_pong = message is None
+            if message is None:
+                continue
+            if message.get("type") == "sunsubscribe":
+                # never sent by us: Redis drops a shard channel whose slot moved away
+                return f"{_channel_name(message.get('channel'))} moved off its node"
+            dispatch(message)
+
+    def address(self) -> tuple[str, int] | None:
+        """The (host, port) connected to, or None before the connection is made."""
+        connection = getattr(self.pubsub, "connection", None)
+        if connection is None:
+            return None
+        return str(getattr(connection, "host", "")), int(getattr(connection, "port", 0))
+
+    async def disconnect(self) -> None:
+        """Cut the connection under the reader (which then reports the subscription lost)."""
+        connection = getattr(self.pubsub, "connection", None)
+        if connection is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await connection.disconnect()
+
+    async def close(self) -> None:
+        self.live = False
+        if self.reader is not None and self.reader is not asyncio.current_task():
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+        self.reader = None
+        await self._close_pubsub()
+
+    async def _close_pubsub(self) -> None:
+        if self.pubsub is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.pubsub.aclose()
+            self.pubsub = None
 
 
 def _channel_name(channel: object) -> str:

@@ -2,8 +2,9 @@
 
 Each partition is a RedisStore of its own hash tag ("<name>/<i>", so one
 slot: on Redis Cluster the partitions spread over the masters); all of them
-share one set of connections, the scripts and one pub/sub connection (the
-first partition's; see RedisStore.sibling). docs/redis-layout.md,
+share one set of connections, the scripts and one notifier (the first
+partition's, subscribed to every partition's channel: on Cluster one
+sharded subscription per master; see RedisStore.sibling). docs/redis-layout.md,
 "Partitions", gives the rules; in short:
 
 * A job id names its partition: crc32(id) % N. Ids are ULIDs drawn, in

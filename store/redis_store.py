@@ -256,7 +256,9 @@ class RedisStore(Store):
         # pool asks the sentinels for the primary, so all follow a failover.
         self._connector = Connector(url, SOCKET_TIMEOUT, CONNECT_TIMEOUT)
         self.keys = Keys(partition)
-        self._scripts = Scripts()
+        # On Cluster the scripts SPUBLISH (sharded pub/sub, see store/redis_notify.py)
+        self._sharded = self._connector.is_cluster
+        self._scripts = Scripts(sharded=self._sharded)
         self._client = self._new_client(SOCKET_TIMEOUT, connections=POOL_CONNECTIONS)
         self._control = self._new_client(SOCKET_TIMEOUT, connections=CONTROL_CONNECTIONS)
         self._waiter_reads = asyncio.Semaphore(WAITER_READS)
@@ -265,13 +267,13 @@ class RedisStore(Store):
         self._blocking = self._new_client(None)
         # No silent reconnect for pub/sub: a lost subscription must fail its
         # waiters (Notifier reconnects and wakes everyone itself). On Cluster
-        # it is a plain client of the node that owns the channel's slot,
-        # looked up again on every (re)subscribe (_subscriber).
+        # there is a plain client per master serving a channel's slot,
+        # looked up again on every (re)subscribe (_locate).
         self._pubsub: Redis | None = None
         self._node_clients: dict[tuple[str, int], Redis] = {}
         if not self._connector.is_cluster:
             self._pubsub = self._plain(self._new_client(SOCKET_TIMEOUT, retries=0))
-        self._notifier = Notifier(self._subscriber, self.keys.notify)
+        self._notifier = Notifier(self._locate, self.keys.notify, sharded=self._sharded)
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
@@ -347,19 +349,26 @@ class RedisStore(Store):
         assert isinstance(client, Redis)  # only a cluster URL builds a cluster client
         return client
 
-    async def _subscriber(self) -> Redis:
-        """The client Notifier subscribes with: on Cluster, one to the channel's node now.
+    async def _locate(self, channels: Sequence[str], stale: Sequence[str]) -> list[Redis]:
+        """The client Notifier subscribes each channel with (see redis_notify.Locate).
 
-        The slot is touched through the cluster client first, so a MOVED or a
-        failed node (a failover, a slot migration) updates its slot map
-        before the owner is read from it.
+        On Cluster, one plain client per master serving a channel's slot.
+        The stale channels are touched through the cluster client first (one
+        pipeline), so a MOVED or a dead node (a failover, a slot migration)
+        updates its slot map before the owners are read from it.
         """
         if self._pubsub is not None:
-            return self._pubsub
+            return [self._pubsub] * len(channels)
         cluster = self._control
         assert isinstance(cluster, BoundedCluster)
-        channel = self.keys.notify
-        await cluster.exists(channel)
+        if stale:
+            async with cluster.pipeline(transaction=False) as pipe:
+                for channel in stale:
+                    pipe.exists(channel)
+                await pipe.execute()
+        return [self._node_client(cluster, channel) for channel in channels]
+
+    def _node_client(self, cluster: BoundedCluster, channel: str) -> Redis:
         node = cluster.get_node_from_key(channel)
         if node is None:
             raise SlotNotCoveredError(f"no node serves the slot of {channel}")

@@ -1,5 +1,6 @@
-"""RedisStore over redis+cluster://: scripts on every primary, config checks, notifications
-from the slot's owner, queued bursts, failover followed, cluster errors mapped."""
+"""RedisStore over redis+cluster://: scripts on every primary, config checks, sharded
+notifications from each slot's owner (followed through a slot move), queued bursts,
+failover followed, cluster errors mapped."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ from store import Store, StoreMisconfigured, StoreSettings, StoreUnavailable, op
 from store.errors import StoreError
 from store.keys import Keys
 from store.model import Job, JobSpec, SubmitRequest
+from store.redis_partitioned import PartitionedRedisStore
 from store.redis_scripts import read_script, script_names
 from store.redis_store import POOL_CONNECTIONS, _translated
 from store.redis_urls import BoundedCluster, Connector
-from tests.cluster_servers import ClusterDeployment
+from tests.cluster_servers import ClusterDeployment, SlotMigration
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 
@@ -67,7 +69,7 @@ async def cluster_store(shared_cluster: ClusterDeployment) -> AsyncIterator[Stor
 async def test_open_loads_every_script_on_every_primary(
     shared_cluster: ClusterDeployment, cluster_store: Store
 ) -> None:
-    shas = [read_script(name).sha for name in script_names()]
+    shas = [read_script(name, sharded=True).sha for name in script_names()]
     for node in shared_cluster.primaries():
         with shared_cluster.client(node) as client:
             assert all(client.script_exists(*shas)), f"scripts missing on {node.port}"
@@ -132,7 +134,21 @@ async def test_open_warns_and_serves_when_config_is_refused(
                 client.acl_deluser(user)
 
 
-async def test_notifications_are_subscribed_on_the_owner_of_the_channel_slot(
+def shard_subscribers(cluster: ClusterDeployment, node: RedisServer, channel: str) -> int:
+    """Sharded subscriptions to `channel` on `node` (PUBSUB SHARDNUMSUB)."""
+    with cluster.client(node) as client:
+        reply = client.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+    return int(reply[1])
+
+
+async def wait_claiming(store: Store, model: str) -> None:
+    await assert_eventually(
+        lambda: asyncio.sleep(0, store.waiting_claims(model) == 1),  # type: ignore[attr-defined]
+        timeout=5,
+    )
+
+
+async def test_notifications_are_subscribed_sharded_on_the_owner_of_the_channel_slot(
     shared_cluster: ClusterDeployment,
 ) -> None:
     owner = shared_cluster.primaries()[1]
@@ -140,9 +156,10 @@ async def test_notifications_are_subscribed_on_the_owner_of_the_channel_slot(
     store = open_store(shared_cluster.url, StoreSettings(), partition=partition)
     await store.open()
     try:
+        assert shard_subscribers(shared_cluster, owner, Keys(partition).notify) == 1
         with shared_cluster.client(owner) as client:
-            [(_, subscribers)] = client.pubsub_numsub(Keys(partition).notify)
-        assert subscribers == 1
+            [(_, plain)] = client.pubsub_numsub(Keys(partition).notify)
+        assert plain == 0
     finally:
         await store.close()
 
@@ -157,10 +174,7 @@ async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
     await submitter.open()
     try:
         claim = asyncio.create_task(waiter.claim("w1", [MODEL], wait=timedelta(seconds=20)))
-        await assert_eventually(
-            lambda: asyncio.sleep(0, waiter.waiting_claims(MODEL)),  # type: ignore[attr-defined]
-            timeout=5,
-        )
+        await wait_claiming(waiter, MODEL)
         started = time.monotonic()
         job = await submit(submitter)
         [claimed] = await asyncio.wait_for(claim, 10)
@@ -169,6 +183,166 @@ async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
     finally:
         await waiter.close()
         await submitter.close()
+
+
+async def test_a_submit_publishes_on_its_shard_only(shared_cluster: ClusterDeployment) -> None:
+    # SPUBLISH: a plain SUBSCRIBE, on the owner or on any other node, hears nothing
+    # (a PUBLISH would reach both); a sharded one on the owner hears the submit.
+    owner = shared_cluster.primaries()[1]
+    other = shared_cluster.primaries()[0]
+    partition = partition_on(shared_cluster, owner)
+    channel = Keys(partition).notify
+    store = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    await store.open()
+    plain = [subscriber_on(node) for node in (owner, other)]
+    sharded = subscriber_on(owner)
+    try:
+        for subscriber in plain:
+            subscriber.subscribe(channel)
+        sharded.ssubscribe(channel)
+        job = await submit(store)
+        assert f"j {job.id}".encode() in published(sharded, "smessage", until=f"j {job.id}")
+        # the sharded subscriber has heard the submit, so a PUBLISH would be here by now
+        for subscriber in plain:
+            assert published(subscriber, "message") == []
+    finally:
+        for subscriber in (*plain, sharded):
+            subscriber.close()
+        await store.close()
+
+
+def bus_publishes(cluster: ClusterDeployment) -> int:
+    """PUBLISH messages the nodes sent each other over the cluster bus, so far."""
+    sent = 0
+    for node in cluster.alive:
+        with cluster.client(node) as client:
+            info = client.execute_command("CLUSTER", "INFO")
+        for line in info.splitlines():
+            if line.startswith("cluster_stats_messages_publish_sent:"):
+                sent += int(line.split(":", 1)[1])
+    return sent
+
+
+async def test_a_submit_sends_no_publish_over_the_cluster_bus(
+    shared_cluster: ClusterDeployment, cluster_store: Store
+) -> None:
+    # A PUBLISH goes to every other node (2 here, per message); an SPUBLISH only
+    # to the shard's replicas (none here).
+    before = bus_publishes(shared_cluster)
+    await submit(cluster_store)
+    assert bus_publishes(shared_cluster) == before
+
+
+def subscriber_on(node: RedisServer) -> Any:
+    return redis.Redis(port=node.port, socket_timeout=5).pubsub()  # type: ignore[no-untyped-call]
+
+
+def published(subscriber: Any, kind: str, until: str = "") -> list[bytes]:
+    """The `kind` messages `subscriber` gets, up to one reading `until` (without `until`:
+    those that arrive before 0.3 s of silence; a broadcast PUBLISH crosses the cluster
+    bus in milliseconds)."""
+    heard: list[bytes] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        message = subscriber.get_message(timeout=0.5 if until else 0.3)
+        if message is None:
+            if not until:
+                break
+            continue
+        if message["type"] == kind:
+            heard.append(message["data"])
+            if message["data"] == until.encode():
+                break
+    return heard
+
+
+async def test_a_partitioned_store_subscribes_once_on_each_master_serving_a_partition(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    store = open_store(
+        shared_cluster.url, StoreSettings(), partition=uuid.uuid4().hex[:10], partitions=16
+    )
+    assert isinstance(store, PartitionedRedisStore)
+    await store.open()
+    try:
+        owners = {
+            part.keys.notify: shared_cluster.owner(shared_cluster.slot_of(part.keys.notify))
+            for part in store.parts
+        }
+        assert len(set(owners.values())) == 3, "16 partitions over 3 masters"
+        for channel, owner in owners.items():
+            assert shard_subscribers(shared_cluster, owner, channel) == 1
+        ports = [s.pubsub.connection.port for s in store.owner._notifier.subscriptions]
+        assert sorted(ports) == sorted(node.port for node in set(owners.values()))
+    finally:
+        await store.close()
+
+
+async def test_a_claim_waiting_on_a_partition_of_another_master_is_woken_by_its_submit(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    # The claim listens on every partition; the submit lands in one whose slot is
+    # on another master than partition 0's (the old single subscription's node).
+    partition = uuid.uuid4().hex[:10]
+    waiter = open_store(shared_cluster.url, StoreSettings(), partition=partition, partitions=8)
+    submitter = open_store(shared_cluster.url, StoreSettings(), partition=partition, partitions=8)
+    assert isinstance(waiter, PartitionedRedisStore)
+    assert isinstance(submitter, PartitionedRedisStore)
+    await waiter.open()
+    await submitter.open()
+    try:
+        first = shared_cluster.owner(shared_cluster.slot_of(waiter.parts[0].keys.notify))
+        target = next(
+            part
+            for part in submitter.parts
+            if shared_cluster.owner(shared_cluster.slot_of(part.keys.notify)) is not first
+        )
+        claim = asyncio.create_task(waiter.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await wait_claiming(waiter, MODEL)
+        started = time.monotonic()
+        job = await submit(target)
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == job.id
+        assert time.monotonic() - started < 2.0, "woken by the notification, not the re-check"
+    finally:
+        await waiter.close()
+        await submitter.close()
+
+
+async def test_a_migrated_partition_slot_is_subscribed_again_on_its_new_master(
+    own_cluster: ClusterDeployment,
+) -> None:
+    cluster = own_cluster
+    owner, target = cluster.primaries()[0], cluster.primaries()[1]
+    partition = partition_on(cluster, owner)
+    channel = Keys(partition).notify
+    store = open_store(cluster.url, StoreSettings(), partition=partition)
+    await store.open()
+    try:
+        await submit(store)
+        migration = SlotMigration(cluster, cluster.slot_of(channel), target)
+        await asyncio.to_thread(migration.begin)
+        await asyncio.to_thread(migration.finish)
+        # Redis sent the subscription a sunsubscribe; the notifier re-locates the slot
+
+        async def subscribed_on_target() -> bool:
+            return shard_subscribers(cluster, target, channel) == 1
+
+        await assert_eventually(subscribed_on_target, timeout=RECOVERY_BOUND, interval=0.1)
+        await assert_eventually(
+            lambda: asyncio.sleep(0, not store._notifier._error),  # type: ignore[attr-defined]
+            timeout=RECOVERY_BOUND,
+        )
+        claim = asyncio.create_task(store.claim("w1", ["other"], wait=timedelta(seconds=20)))
+        await wait_claiming(store, "other")
+        request = SubmitRequest(tenant=TENANT, work=JobSpec(model="other", payload=b"x"))
+        woken_at = time.monotonic()
+        other = (await store.submit(request)).job
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == other.id
+        assert time.monotonic() - woken_at < 2.0
+    finally:
+        await store.close()
 
 
 async def test_a_burst_beyond_the_pool_queues_instead_of_failing(cluster_store: Store) -> None:
@@ -240,23 +414,60 @@ async def test_a_failover_of_the_partition_master_is_followed(
         # The notifier followed too: subscribed on the new master, a waiting claim is
         # woken through it.
         async def subscribed_on_new_owner() -> bool:
-            slot = cluster.slot_of(Keys(partition).notify)
-            with cluster.client(cluster.owner(slot)) as client:
-                [(_, subscribers)] = client.pubsub_numsub(Keys(partition).notify)
-            return bool(subscribers)
+            channel = Keys(partition).notify
+            owner_now = cluster.owner(cluster.slot_of(channel))
+            return bool(shard_subscribers(cluster, owner_now, channel))
 
         await assert_eventually(subscribed_on_new_owner, timeout=RECOVERY_BOUND, interval=0.1)
         claim = asyncio.create_task(store.claim("w1", ["other"], wait=timedelta(seconds=20)))
-        await assert_eventually(
-            lambda: asyncio.sleep(0, store.waiting_claims("other") == 1),  # type: ignore[attr-defined]
-            timeout=5,
-        )
+        await wait_claiming(store, "other")
         request = SubmitRequest(tenant=TENANT, work=JobSpec(model="other", payload=b"x"))
         woken_at = time.monotonic()
         other = (await store.submit(request)).job
         [claimed] = await asyncio.wait_for(claim, 10)
         assert claimed.job.id == other.id
         assert time.monotonic() - woken_at < 2.0
+    finally:
+        await store.close()
+
+
+async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_serves(
+    replicated_cluster: ClusterDeployment,
+) -> None:
+    # The dead master is not partition 0's: its subscription is one of several,
+    # and while it is down the claim (listening on every partition) may miss a
+    # wake-up, so it fails UNAVAILABLE rather than wait silently.
+    cluster = replicated_cluster
+    store = open_store(cluster.url, StoreSettings(), partition=uuid.uuid4().hex[:10], partitions=8)
+    assert isinstance(store, PartitionedRedisStore)
+    await store.open()
+    try:
+        first = cluster.owner(cluster.slot_of(store.parts[0].keys.notify))
+        victim_part = next(
+            part
+            for part in store.parts
+            if cluster.owner(cluster.slot_of(part.keys.notify)) is not first
+        )
+        victim = cluster.owner(cluster.slot_of(victim_part.keys.notify))
+        claim = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await wait_claiming(store, MODEL)
+        started = time.monotonic()
+        cluster.kill(victim)
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(claim, 10)
+        assert time.monotonic() - started < 2.5, "a lost subscription fails waiters quickly"
+
+        async def notifications_back() -> bool:
+            return store.owner._notifier._error is None
+
+        await assert_eventually(notifications_back, timeout=RECOVERY_BOUND, interval=0.1)
+        claim = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await wait_claiming(store, MODEL)
+        woken_at = time.monotonic()
+        job = await submit(victim_part)
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == job.id
+        assert time.monotonic() - woken_at < 2.0, "woken through the replica's subscription"
     finally:
         await store.close()
 

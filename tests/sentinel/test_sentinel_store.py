@@ -202,7 +202,8 @@ async def test_resubscribe_keeps_a_subscription_already_on_the_primary(
     await store.open()
     try:
         notifier = store._notifier
-        connection = notifier._current.connection
+        [subscription] = notifier.subscriptions
+        connection = subscription.pubsub.connection
         await notifier.resubscribe(("127.0.0.1", shared_sentinels.primary.port))
         assert connection.is_connected
         await notifier.resubscribe(("127.0.0.1", 1))  # "the primary moved elsewhere"

@@ -15,7 +15,7 @@ import socket
 import threading
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -482,22 +482,29 @@ async def test_a_script_still_asking_for_keys_after_the_last_round_fails_naming_
 # -- claim hints from notifications -----------------------------------------------
 
 
-def _no_client() -> AsyncRedis:
+async def _no_client(channels: Sequence[str], stale: Sequence[str]) -> list[AsyncRedis]:
     raise AssertionError("the notifier is never started here")
 
 
-def _notifier_heard(message: bytes) -> tuple[bool, list[tuple[str, str, str]]]:
+def _notifier_heard(
+    message: bytes, kind: str = "message"
+) -> tuple[bool, list[tuple[str, str, str]]]:
     """(did a listener of "r m" wake, the hints handed on) for one message."""
     notifier = Notifier(_no_client, "channel")
     heard: list[tuple[str, str, str]] = []
     notifier.on_ready = lambda channel, model, job_id: heard.append((channel, model, job_id))
     with notifier.listen(["r m"]) as listener:
-        notifier._dispatch({"type": "message", "channel": b"channel", "data": message})
+        notifier._dispatch({"type": kind, "channel": b"channel", "data": message})
         return listener.event.is_set(), heard
 
 
 def test_a_ready_message_wakes_its_model_and_hands_on_the_id() -> None:
     assert _notifier_heard(b"r m 01JOB") == (True, [("channel", "m", "01JOB")])
+
+
+def test_a_sharded_ready_message_wakes_and_hints_as_a_plain_one() -> None:
+    # Redis Cluster: the scripts SPUBLISH, subscribers read "smessage"
+    assert _notifier_heard(b"r m 01JOB", "smessage") == (True, [("channel", "m", "01JOB")])
 
 
 def test_a_ready_message_without_an_id_still_wakes_its_model() -> None:

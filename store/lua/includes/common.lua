@@ -19,7 +19,9 @@
 -- ready queues) are the declared ones (includes/declared.lua, included
 -- before this file): jk(id), queue_key(model, priority)...
 --
--- Notifications (PUBLISH on ARGV[1]): "r <model> <id>" job <id> became
+-- Notifications (PUBLISH on ARGV[1]; SPUBLISH on Redis Cluster, where the
+-- channel carries the partition's hash tag, so it is in the script's slot
+-- as Redis requires): "r <model> <id>" job <id> became
 -- claimable (the id is a hint for the next claim); "q <model>" a ready queue shrank (queue positions moved);
 -- "j <id>" the job's snapshot changed.
 --
@@ -32,6 +34,7 @@
 -- writes with next_seq's SET, so under OOM it is refused before changing
 -- anything.
 
+--- @include "publish"
 local NOTIFY_CHANNEL = ARGV[1]
 local EVENTS_MAXLEN = ARGV[2]
 local RESULT_TTL_MS = tonumber(ARGV[3])
@@ -78,7 +81,7 @@ local function notify(kind, what)
   local message = kind .. ' ' .. what
   if not NOTIFIED[message] then
     NOTIFIED[message] = true
-    redis.call('PUBLISH', NOTIFY_CHANNEL, message)
+    redis.call(PUBLISH, NOTIFY_CHANNEL, message)
   end
 end
 
