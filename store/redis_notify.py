@@ -35,7 +35,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
-from store.errors import StoreUnavailable
+from store.errors import StoreUnavailable, closed_transport
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,9 @@ class Notifier:
         """
         try:
             owners = await self._locate(self._channels, sorted(self._stale))
-        except (RedisError, RedisClusterException, OSError) as error:
+        except (RedisError, RedisClusterException, OSError, RuntimeError) as error:
+            if isinstance(error, RuntimeError) and not closed_transport(error):
+                raise
             raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
         groups: dict[int, tuple[Redis, list[str]]] = {}
         for channel, client in zip(self._channels, owners, strict=True):
@@ -320,8 +322,10 @@ class Subscription:
                     await pubsub.ssubscribe(channel)
             else:
                 await pubsub.subscribe(*self.channels)
-        except (RedisError, OSError) as error:
+        except (RedisError, OSError, RuntimeError) as error:
             await self._close_pubsub()
+            if isinstance(error, RuntimeError) and not closed_transport(error):
+                raise
             raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
         self.live = True
 
@@ -335,7 +339,9 @@ class Subscription:
                     if awaiting_pong:
                         raise RedisConnectionError("no answer to PING on the subscription")
                     await self.pubsub.ping()
-            except (RedisError, OSError) as error:
+            except (RedisError, OSError, RuntimeError) as error:
+                if isinstance(error, RuntimeError) and not closed_transport(error):
+                    raise
                 # also a MOVED answering SSUBSCRIBE: the slot moved before we subscribed
                 return str(error) or type(error).__name__
             awaiting_pong = message is None

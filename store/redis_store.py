@@ -58,6 +58,7 @@ from store.errors import (
     StoreError,
     StoreMisconfigured,
     StoreUnavailable,
+    closed_transport,
     ignore_failure,
     reporting,
 )
@@ -202,6 +203,10 @@ def _translated(operation: str) -> Iterator[None]:
         if str(error).startswith(_CLUSTER_UNREACHABLE):
             raise StoreUnavailable(f"{operation}: {error}") from error
         raise StoreError(f"{operation}: {error}") from error
+    except RuntimeError as error:
+        if closed_transport(error):
+            raise StoreUnavailable(f"{operation}: connection lost ({error})") from error
+        raise
 
 
 def _text(value: object) -> str:
@@ -400,7 +405,9 @@ class RedisStore(Store):
             await asyncio.sleep(FOLLOW_PRIMARY_SECONDS)
             try:
                 moved = await self._connector.follow()
-            except (RedisError, OSError) as error:
+            except (RedisError, OSError, RuntimeError) as error:
+                if isinstance(error, RuntimeError) and not closed_transport(error):
+                    raise
                 # No primary known (mid-failover) or no sentinel answers: the
                 # calls themselves fail as StoreUnavailable meanwhile.
                 log.debug("cannot ask the sentinels for the primary: %s", error)
