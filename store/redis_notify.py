@@ -335,10 +335,12 @@ class Subscription:
         while True:
             try:
                 message = await self.pubsub.get_message(timeout=_POLL_SECONDS)
+                _raise_if_cancelled()
                 if message is None:
                     if awaiting_pong:
                         raise RedisConnectionError("no answer to PING on the subscription")
                     await self.pubsub.ping()
+                    _raise_if_cancelled()
             except (RedisError, OSError, RuntimeError) as error:
                 if isinstance(error, RuntimeError) and not closed_transport(error):
                     raise
@@ -380,6 +382,19 @@ class Subscription:
             with contextlib.suppress(RedisError, OSError):
                 await self.pubsub.aclose()
             self.pubsub = None
+
+
+def _raise_if_cancelled() -> None:
+    """Raise CancelledError if this task was cancelled while redis-py had it.
+
+    redis-py's get_message can swallow a cancel of the task reading it: its
+    read answers the cancel like its own read timeout and returns None (seen
+    on uvloop on every close). The reader would then read on forever and
+    close() would wait for it forever.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _channel_name(channel: object) -> str:

@@ -8,8 +8,9 @@ store must answer that as it answers any lost connection: StoreUnavailable
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 import uvloop
@@ -18,6 +19,7 @@ from redis.asyncio import Redis
 from store import StoreUnavailable
 from store.errors import closed_transport
 from store.model import JobSpec, StoreSettings, SubmitRequest
+from store.redis_notify import Subscription
 from store.redis_store import RedisStore, _translated
 from tests.redis_server import RedisServer
 
@@ -94,3 +96,26 @@ def test_uvloops_closed_transport_error_is_store_unavailable() -> None:
 def test_any_other_runtime_error_is_left_alone() -> None:
     with pytest.raises(RuntimeError, match="a bug"), _translated("submit"):
         raise RuntimeError("a bug")
+
+
+class SwallowingPubSub:
+    """A pub/sub whose reads answer a cancel with None, as redis-py's get_message can."""
+
+    async def get_message(self, timeout: float) -> None:
+        try:
+            await asyncio.sleep(timeout)
+        except asyncio.CancelledError:
+            return None
+
+    async def ping(self) -> None:
+        return None
+
+
+async def test_a_subscription_reader_ends_when_cancelled_even_if_the_read_swallows_it() -> None:
+    subscription = Subscription(cast(Redis, None), ["jobgate:{p}:notify"], sharded=False)
+    subscription.pubsub = SwallowingPubSub()
+    reader = asyncio.ensure_future(subscription.read(lambda message: None))
+    await asyncio.sleep(0)  # the reader is inside its first read
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(reader, timeout=5)
