@@ -42,6 +42,7 @@ from redis.exceptions import ClusterDownError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from store.errors import closed_transport
+from store.redis_packing import packed
 
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEME = "redis+sentinel"
@@ -271,6 +272,12 @@ class BoundedCluster(RedisCluster):
 
     def __init__(self, *, connections: int, wait_timeout: float, **kwargs: Any) -> None:
         super().__init__(max_connections=connections + _CLUSTER_SPARE_CONNECTIONS, **kwargs)
+        # Every node, known now or found later, makes connections that pack in C
+        # (the nodes manager builds new nodes from these kwargs).
+        kwargs_of_nodes = self.nodes_manager.connection_kwargs
+        kwargs_of_nodes["connection_class"] = packed(kwargs_of_nodes["connection_class"])
+        for node in self.nodes_manager.startup_nodes.values():
+            node.connection_class = packed(node.connection_class)
         self._admitted = asyncio.Semaphore(connections)
         self._wait_timeout = wait_timeout
 
@@ -454,18 +461,22 @@ class Connector:
         target = self.target
         if isinstance(target, ClusterTarget):
             raise TypeError("a Redis Cluster has no single pool: use client()")
+        pool: ConnectionPool
         if isinstance(target, SingleServer):
-            return BlockingConnectionPool.from_url(self._url, **kwargs)
-        assert self._sentinel is not None  # built with the target in __init__
-        pool = BlockingSentinelPool(
-            target.master,
-            self._sentinel,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            **kwargs,
-        )
-        self._sentinel_pools.append(pool)
+            pool = BlockingConnectionPool.from_url(self._url, **kwargs)
+        else:
+            assert self._sentinel is not None  # built with the target in __init__
+            pool = BlockingSentinelPool(
+                target.master,
+                self._sentinel,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                **kwargs,
+            )
+            self._sentinel_pools.append(pool)
+        # No connection is made yet: every one the pool makes packs in C.
+        pool.connection_class = packed(pool.connection_class)
         return pool
 
     @property

@@ -30,9 +30,10 @@ from store import Store, StoreMisconfigured, StoreSettings, StoreUnavailable, op
 from store.errors import StoreError
 from store.keys import Keys
 from store.model import Job, JobSpec, SubmitRequest
+from store.redis_packing import HiredisPacking
 from store.redis_partitioned import PartitionedRedisStore
 from store.redis_scripts import read_script, script_names
-from store.redis_store import POOL_CONNECTIONS, _translated
+from store.redis_store import POOL_CONNECTIONS, RedisStore, _translated
 from store.redis_urls import BoundedCluster, Connector
 from tests.cluster_servers import ClusterDeployment, SlotMigration
 from tests.helpers import assert_eventually
@@ -73,6 +74,17 @@ async def test_open_loads_every_script_on_every_primary(
     for node in shared_cluster.primaries():
         with shared_cluster.client(node) as client:
             assert all(client.script_exists(*shas)), f"scripts missing on {node.port}"
+
+
+async def test_every_cluster_node_connection_packs_commands_with_hiredis(
+    cluster_store: Store,
+) -> None:
+    await submit(cluster_store)
+    assert isinstance(cluster_store, RedisStore)
+    client = cluster_store._client
+    assert isinstance(client, BoundedCluster)
+    nodes = list(client.nodes_manager.nodes_cache.values())
+    assert nodes and all(issubclass(node.connection_class, HiredisPacking) for node in nodes)
 
 
 async def test_a_primary_that_lost_its_scripts_gets_them_again(
