@@ -63,13 +63,26 @@ class Builder:
     address: Address
 
 
-async def open_configured_store(settings: ServerSettings) -> Store:
+def hears_changes(services: Sequence[str]) -> bool:
+    """Whether a process of `services` subscribes to the changes channel.
+
+    Only JobService ("job") waits for changes (StreamStatus watchers); the
+    worker-server's calls (claims) wait for ready messages alone, so it never
+    reads the others (docs/redis-layout.md, "Wake-ups across replicas").
+    Both need the ready channel: claims, and a watcher's queue position
+    grows when a job is queued ahead.
+    """
+    return "job" in services
+
+
+async def open_configured_store(settings: ServerSettings, hear_changes: bool = True) -> Store:
     try:
         store = open_store(
             settings.redis_url,
             settings.store_settings(),
             partition=settings.redis_partition,
             partitions=settings.redis_partitions,
+            hear_changes=hear_changes,
         )
     except (ValueError, ImportError) as error:
         raise StartError(f"--redis-url: {error}") from None
@@ -114,7 +127,8 @@ class Process:
         except AuthFileError as error:
             raise StartError(str(error)) from None
         metrics = Metrics()
-        store = count_store_errors(await open_configured_store(self.settings), metrics)
+        changes = hears_changes([builder.name for builder in self._builders])
+        store = count_store_errors(await open_configured_store(self.settings, changes), metrics)
         try:
             self.serving = Serving(self.settings, store, auth, metrics)
             return await self._serve(self.serving)

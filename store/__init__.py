@@ -42,6 +42,8 @@ def open_store(
     settings: StoreSettings | None = None,
     partition: str = "default",
     partitions: int = 1,
+    hear_ready: bool = True,
+    hear_changes: bool = True,
 ) -> Store:
     """The store for a URL: None or "memory://" is LocalStore, any Redis URL is RedisStore.
 
@@ -50,6 +52,9 @@ def open_store(
     unsupported URL raises ValueError (BadRedisUrl) naming what is wrong.
     `partitions` (--redis-partitions) spreads a Redis deployment over that
     many hash tags (store/redis_partitioned.py); 1 is one RedisStore.
+    `hear_ready` / `hear_changes`: which notification channels a Redis
+    store subscribes to (RedisStore; a server leaves out what none of its
+    calls wait for).
     The caller awaits `store.open()` before use.
     """
     settings = settings or StoreSettings()
@@ -60,7 +65,7 @@ def open_store(
     if partitions != 1:
         from store.redis_partitioned import PartitionedRedisStore
 
-        return PartitionedRedisStore(url, settings, partition, partitions)
+        return PartitionedRedisStore(url, settings, partition, partitions, hear_ready, hear_changes)
     from store.redis_store import RedisStore
 
-    return RedisStore(url, settings, partition=partition)
+    return RedisStore(url, settings, partition, hear_ready, hear_changes)

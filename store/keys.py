@@ -152,11 +152,23 @@ class Keys:
 
     @property
     def notify(self) -> str:
-        """Pub/sub channel (not a key): "r <model>", "q <model>", "j <job id>".
+        """Pub/sub channel (not a key) of the ready messages: "r <model> <id>".
 
-        It carries the partition's hash tag: on Cluster the scripts SPUBLISH
-        on it, which Redis allows only for a channel in the script's slot."""
+        Claims wait for these (the worker-server). The name is the one every
+        message went on before the changes channel existed, so a claim on a
+        server of that version still wakes during a rolling upgrade. It
+        carries the partition's hash tag: on Cluster the scripts SPUBLISH on
+        it, which Redis allows only for a channel in the script's slot."""
         return self.prefix + "notify"
+
+    @property
+    def changes(self) -> str:
+        """Pub/sub channel (not a key) of the change messages: "j <job id>", "q <model>".
+
+        Watchers and event follows wait for these (the gateway); apart from
+        `notify` so a server that only claims never reads them. Same hash
+        tag, so SPUBLISH on Cluster stays in the script's slot."""
+        return self.prefix + "changes"
 
     def job_group(self, job_id: str) -> list[str]:
         """The keys declared per job id, in includes/declared.lua's order."""

@@ -1,8 +1,14 @@
 """Cross-replica wake-ups: pub/sub subscriptions per RedisStore, local waiters.
 
-Scripts publish short messages on the partition's channel ("r <model> <id>":
-job <id> became claimable, topic "r <model>"; "q <model>": a ready queue
-shrank; "j <id>": a job changed). The ids of "r" messages are handed to
+Scripts publish short messages on two channels per partition, split by
+audience: on the ready channel "r <model> <id>" (job <id> became claimable,
+topic "r <model>": claims wait for it); on the changes channel "q <model>"
+(a ready queue shrank) and "j <id>" (a job changed: watchers and event
+follows wait for these). A store subscribes to the channels its server
+needs (RedisStore's hear_ready / hear_changes): the worker-server only
+claims, so it never reads the changes. Listening to a topic whose channel
+is not subscribed raises UnheardTopic (it would never wake: a programming
+error, not a hang). The ids of "r" messages are handed to
 `on_ready`, so the next claim declares them (a hint, store/lua/includes/
 declared.lua). `Notifier` reads them and sets the asyncio events of the
 local `Listener`s interested in that message. A listener is level
@@ -45,8 +51,12 @@ log = logging.getLogger(__name__)
 _POLL_SECONDS = 0.5
 _RECONNECT_SECONDS = 0.2
 #: A listener of this topic hears every message (the partitioned store's
-#: blocking events read: any transition may have appended an event).
+#: blocking events read: any transition may have appended an event). It
+#: needs the changes channel: every event a script appends comes with a "j".
 ANY_MESSAGE = "*"
+#: The message kinds (a message's first word) each channel carries.
+READY = frozenset({"r"})
+CHANGES = frozenset({"j", "q"})
 # What a published message reads as: plain pub/sub, sharded pub/sub.
 _PUBLISHED = ("message", "smessage")
 
@@ -54,6 +64,10 @@ _PUBLISHED = ("message", "smessage")
 #: channel now (one client object per node); stale channels are located
 #: through Redis first, the others from what the client knows.
 Locate = Callable[[Sequence[str], Sequence[str]], Awaitable[list[Redis]]]
+
+
+class UnheardTopic(RuntimeError):
+    """A listener for messages of a channel the store does not subscribe to (a bug)."""
 
 
 class Listener:
@@ -73,6 +87,7 @@ class Listener:
         """Listen to one more topic; True if it is new (messages before now were missed)."""
         if topic in self.topics:
             return False
+        self._notifier.require(topic)
         self.topics.add(topic)
         self._notifier._index(self, topic)
         return True
@@ -106,12 +121,14 @@ class Listener:
 class Notifier:
     """The store's subscriptions (one per node serving its channels) and their local listeners."""
 
-    def __init__(self, locate: Locate, channel: str, sharded: bool = False) -> None:
+    def __init__(self, locate: Locate, sharded: bool = False) -> None:
         # Called on every (re)subscribe: on Cluster it finds the node that owns
         # each channel's slot now, so a failover or a slot move is followed.
         self._locate = locate
         self._sharded = sharded
-        self._channels = [channel]
+        self._channels: list[str] = []
+        # the message kinds the channels carry: what a listener may wait for
+        self._kinds: set[str] = set()
         self._listeners: dict[str, set[Listener]] = {}
         self._subscriptions: list[Subscription] = []
         # Channels whose owner may have changed (their subscription broke):
@@ -124,9 +141,22 @@ class Notifier:
         # Called with (channel, model, job id) for every "r" message, listened to or not.
         self.on_ready: Callable[[str, str, str], None] = lambda channel, model, job_id: None
 
-    def add_channel(self, channel: str) -> None:
-        """Also hear `channel` (another partition's); before start()."""
+    def add_channel(self, channel: str, kinds: frozenset[str]) -> None:
+        """Also hear `channel`, which carries `kinds` (READY or CHANGES); before start()."""
         self._channels.append(channel)
+        self._kinds.update(kinds)
+
+    def hears(self, topic: str) -> bool:
+        """Whether a message of `topic` can reach this notifier (a channel carrying it is heard)."""
+        if topic == ANY_MESSAGE:
+            return self._kinds >= CHANGES
+        return topic.partition(" ")[0] in self._kinds
+
+    def require(self, topic: str) -> None:
+        """Raise UnheardTopic unless `topic` is heard: a listener would wait for nothing."""
+        if not self.hears(topic):
+            heard = " ".join(sorted(self._kinds)) or "nothing"
+            raise UnheardTopic(f"no subscribed channel carries {topic!r} (heard: {heard})")
 
     @property
     def closed(self) -> bool:
@@ -175,6 +205,8 @@ class Notifier:
     @contextlib.contextmanager
     def listen(self, topics: Iterable[str]) -> Iterator[Listener]:
         listener = Listener(self, topics)
+        for topic in listener.topics:
+            self.require(topic)
         for topic in listener.topics:
             self._index(listener, topic)
         try:

@@ -132,6 +132,10 @@ class PartitionIds:
             value = (block + 1) << _SUFFIX_BITS
 
 
+#: How often a blocking events read re-reads on a store that does not hear changes.
+UNHEARD_EVENTS_POLL = 0.5
+
+
 def _recheck() -> float:
     # read at call time, so tests that push RedisStore's safety re-check
     # away (monkeypatch) push this one too
@@ -186,8 +190,15 @@ class PartitionedRedisStore(Store):
     """The Store protocol over `partitions` RedisStores (2..MAX_PARTITIONS)."""
 
     def __init__(
-        self, url: str, settings: StoreSettings, partition: str = "default", partitions: int = 2
+        self,
+        url: str,
+        settings: StoreSettings,
+        partition: str = "default",
+        partitions: int = 2,
+        hear_ready: bool = True,
+        hear_changes: bool = True,
     ) -> None:
+        """`hear_ready` / `hear_changes`: the notification channels subscribed (RedisStore)."""
         tags = partition_tags(partition, partitions)  # ValueError outside 1..MAX_PARTITIONS
         if len(tags) < 2:
             raise ValueError("one partition is a plain RedisStore (open_store builds it)")
@@ -196,7 +207,7 @@ class PartitionedRedisStore(Store):
         share = dataclasses.replace(
             settings, events_max_length=-(-settings.events_max_length // partitions)
         )
-        owner = RedisStore(url, share, tags[0])
+        owner = RedisStore(url, share, tags[0], hear_ready, hear_changes)
         self.parts = [owner, *(owner.sibling(tag) for tag in tags[1:])]
         self._ids = PartitionIds(partitions)
         for index, part in enumerate(self.parts):
@@ -589,6 +600,8 @@ class PartitionedRedisStore(Store):
         cursor = self._cursor(after)
         if block is None:
             return await self._read_events(cursor, count)
+        if not self.owner.hears(ANY_MESSAGE):
+            return await self._poll_events(cursor, count, block)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block.total_seconds()
         with self.owner.listen([ANY_MESSAGE]) as listener:
@@ -605,6 +618,22 @@ class PartitionedRedisStore(Store):
                         await listener.wait(min(remaining, _recheck()))
                 finally:
                     self._event_waits -= 1
+
+    async def _poll_events(self, cursor: list[str], count: int, block: timedelta) -> list[JobEvent]:
+        """events(block=...) on a store that does not hear the changes channel.
+
+        Nothing would wake a listener, so the read is made again every
+        UNHEARD_EVENTS_POLL until the block ends: the worker-server's audit
+        log (it may lead recovery) reads this way, with its own 0.5 s block.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block.total_seconds()
+        while True:
+            page = await self._read_events(cursor, count)
+            remaining = deadline - loop.time()
+            if page or remaining <= 0 or self._closed:
+                return page
+            await asyncio.sleep(min(remaining, UNHEARD_EVENTS_POLL))
 
     def waiting_event_reads(self) -> int:
         """Blocking events reads waiting for a notification (tests, debugging)."""

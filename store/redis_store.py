@@ -95,7 +95,7 @@ from store.redis_codec import (
     record,
     to_ms,
 )
-from store.redis_notify import Listener, Notifier
+from store.redis_notify import CHANGES, READY, Listener, Notifier
 from store.redis_poll import long_poll
 from store.redis_scripts import ArgValue, Scripts
 from store.redis_urls import BoundedCluster, Connector, StoreClient
@@ -252,7 +252,22 @@ class Elsewhere:
 class RedisStore(Store):
     """The Store protocol on Redis (see store/protocol.py for the semantics)."""
 
-    def __init__(self, url: str, settings: StoreSettings, partition: str = "default") -> None:
+    def __init__(
+        self,
+        url: str,
+        settings: StoreSettings,
+        partition: str = "default",
+        hear_ready: bool = True,
+        hear_changes: bool = True,
+    ) -> None:
+        """`hear_ready` / `hear_changes`: which notification channels to subscribe to.
+
+        Claims need the ready channel; watch() and the partitioned store's
+        blocking events read need the changes one (watch() both: a job queued
+        ahead moves a QUEUED job's position). A server leaves out what none
+        of its calls wait for (the worker-server: changes); a wait that needs
+        an unheard channel raises UnheardTopic.
+        """
         self.settings = settings
         self.on_failure: FailureHook = ignore_failure
         self.url = url
@@ -278,7 +293,10 @@ class RedisStore(Store):
         self._node_clients: dict[tuple[str, int], Redis] = {}
         if not self._connector.is_cluster:
             self._pubsub = self._plain(self._new_client(SOCKET_TIMEOUT, retries=0))
-        self._notifier = Notifier(self._locate, self.keys.notify, sharded=self._sharded)
+        self._hear_ready = hear_ready
+        self._hear_changes = hear_changes
+        self._notifier = Notifier(self._locate, sharded=self._sharded)
+        self._hear(self.keys)
         self._closed = False
         self._background: set[asyncio.Task[None]] = set()
         self._follower: asyncio.Task[None] | None = None
@@ -309,12 +327,25 @@ class RedisStore(Store):
         twin._background = set()
         twin._follower = None
         twin._shares = self
-        self._notifier.add_channel(twin.keys.notify)
+        self._hear(twin.keys)
         return twin
 
+    def _hear(self, keys: Keys) -> None:
+        """Subscribe (at open) to the partition's channels this store hears."""
+        if self._hear_ready:
+            self._notifier.add_channel(keys.notify, READY)
+        if self._hear_changes:
+            self._notifier.add_channel(keys.changes, CHANGES)
+
     def listen(self, topics: Iterable[str]) -> contextlib.AbstractContextManager[Listener]:
-        """A listener on this store's notifier (every partition sharing it)."""
+        """A listener on this store's notifier (every partition sharing it).
+
+        Raises UnheardTopic for a topic no subscribed channel carries."""
         return self._notifier.listen(topics)
+
+    def hears(self, topic: str) -> bool:
+        """Whether a listener of `topic` can be woken (its channel is subscribed)."""
+        return self._notifier.hears(topic)
 
     @property
     def waiter_reads(self) -> asyncio.Semaphore:
@@ -526,9 +557,10 @@ class RedisStore(Store):
         return self.keys.op(uuid.uuid4().hex)
 
     def _common_args(self) -> list[ArgValue]:
-        """ARGV[1..3] of every transition script (includes/common.lua)."""
+        """ARGV[1..4] of every transition script (includes/common.lua)."""
         return [
             self.keys.notify,
+            self.keys.changes,
             self.settings.events_max_length,
             to_ms(self.settings.result_ttl),
         ]

@@ -8,10 +8,11 @@
                  for (its model, idempotency key, a group's children, a
                  child's parent and siblings)
     KEYS[last]   this call's operation key (includes/once.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      job id
-    ARGV[5]      tenant (another tenant's job is JOB_NOT_FOUND)
-    ARGV[6]      reason (stored as error_message)
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      job id
+    ARGV[6]      tenant (another tenant's job is JOB_NOT_FOUND)
+    ARGV[7]      reason (stored as error_message)
     ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
@@ -35,14 +36,14 @@
 --- @include "plan"
 --- @include "once"
 
-local id = ARGV[4]
+local id = ARGV[5]
 local key = jk(id)
-local reason = ARGV[6]
+local reason = ARGV[7]
 if op_recorded() then
   return {1, snapshot(id)}
 end
 local f = redis.call('HMGET', key, 'status', 'tenant', 'kind')
-if not f[1] or f[2] ~= ARGV[5] then
+if not f[1] or f[2] ~= ARGV[6] then
   return {RC.JOB_NOT_FOUND}
 end
 plan_snapshot(id)

@@ -8,14 +8,15 @@
                   (hints) and their parents
     KEYS[last]    this call's operation key (includes/once.lua): the leases
                   are recorded under it as JSON [[id, lease_id, deadline], ...]
-    ARGV[1..3]    notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]       worker_id
-    ARGV[5]       lease_timeout_ms
-    ARGV[6]       max_jobs
-    ARGV[7]       peek: when it stops at an undeclared head, it asks for at
+    ARGV[1..4]    ready channel, changes channel, events_max_length, result_ttl_ms
+                  (common.lua)
+    ARGV[5]       worker_id
+    ARGV[6]       lease_timeout_ms
+    ARGV[7]       max_jobs
+    ARGV[8]       peek: when it stops at an undeclared head, it asks for at
                   least this many ids of every queue
-    ARGV[8]       n_models
-    ARGV[9..]     the models (n_models), then one fresh lease id per job that
+    ARGV[9]       n_models
+    ARGV[10..]    the models (n_models), then one fresh lease id per job that
                   may be claimed (max_jobs)
     ARGV[..]      the declaration tail (includes/declared.lua)
 
@@ -42,18 +43,18 @@
 --- @include "once"
 --- @include "claim_jobs"
 
-local n_models = tonumber(ARGV[8])
+local n_models = tonumber(ARGV[9])
 local models = {}
 for i = 1, n_models do
-  models[i] = ARGV[8 + i]
+  models[i] = ARGV[9 + i]
 end
 local recorded = op_recorded()
 if recorded then
   return {replay_leases(recorded), {}, {}}
 end
-local claimed, leases, needed = claim_jobs(models, tonumber(ARGV[6]), ARGV[4],
-  tonumber(ARGV[5]), 9 + n_models, tonumber(ARGV[7]))
+local claimed, leases, needed = claim_jobs(models, tonumber(ARGV[7]), ARGV[5],
+  tonumber(ARGV[6]), 10 + n_models, tonumber(ARGV[8]))
 if #leases > 0 then
   op_record(cjson.encode(leases))
 end
-return {claimed, needed, head_hints(models, tonumber(ARGV[6]))}
+return {claimed, needed, head_hints(models, tonumber(ARGV[7]))}

@@ -5,12 +5,13 @@
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11..15] the declared job and model groups (includes/declared.lua):
                  the job (one group)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      job id
-    ARGV[5]      lease id (fencing token)
-    ARGV[6]      progress (0..1, as a string)
-    ARGV[7]      stage ("" keeps the current one)
-    ARGV[8]      lease_timeout_ms
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      job id
+    ARGV[6]      lease id (fencing token)
+    ARGV[7]      progress (0..1, as a string)
+    ARGV[8]      stage ("" keeps the current one)
+    ARGV[9]      lease_timeout_ms
     ARGV[..]     the declaration tail (includes/declared.lua): the job id
 
   Output:
@@ -27,14 +28,14 @@
 --- @include "declared"
 --- @include "common"
 
-local id = ARGV[4]
+local id = ARGV[5]
 local key = jk(id)
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage',
   'cancel_requested')
 if not f[1] then
   return {RC.JOB_NOT_FOUND}
 end
-if f[2] ~= ARGV[5] then
+if f[2] ~= ARGV[6] then
   return {RC.LEASE_LOST}
 end
 if f[1] == ST.CANCELLED and f[6] == '1' then
@@ -44,14 +45,14 @@ if f[1] ~= ST.PROCESSING then
   return {RC.LEASE_LOST}
 end
 oom_guard(key)
-local deadline = NOW + tonumber(ARGV[8])
+local deadline = NOW + tonumber(ARGV[9])
 redis.call('ZADD', K_LEASES, 'XX', deadline, id)
-local stage = ARGV[7]
+local stage = ARGV[8]
 if stage == '' then
   stage = f[5]
 end
-redis.call('HSET', key, 'lease_deadline', deadline, 'progress', ARGV[6], 'stage', stage)
-if tonumber(ARGV[6]) ~= tonumber(f[4]) or stage ~= f[5] then
+redis.call('HSET', key, 'lease_deadline', deadline, 'progress', ARGV[7], 'stage', stage)
+if tonumber(ARGV[7]) ~= tonumber(f[4]) or stage ~= f[5] then
   redis.call('HSET', key, 'update_time', NOW)
   notify('j', id)
 end

@@ -6,8 +6,9 @@
     KEYS[11..]   the declared job and model groups and raw keys
                  (includes/declared.lua): the due ids and what their plans
                  ask for, once asked for (includes/recover.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      limit: at most this many expired leases per call
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      limit: at most this many expired leases per call
 
   Reads only what expired (ZRANGEBYSCORE leases -inf now LIMIT 0 limit):
   O(limit x log N), never O(in flight).
@@ -29,7 +30,7 @@
 --- @include "plan"
 --- @include "recover"
 
-local handled = fail_due_attempts(K_LEASES, K_RUN, tonumber(ARGV[4]), ERR.LEASE_EXPIRED,
+local handled = fail_due_attempts(K_LEASES, K_RUN, tonumber(ARGV[5]), ERR.LEASE_EXPIRED,
   lease_expired_message,
   function() return 0 end)
 return recover_reply(handled)

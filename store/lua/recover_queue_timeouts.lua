@@ -7,8 +7,9 @@
     KEYS[11..]   the declared job and model groups and raw keys
                  (includes/declared.lua): the due ids and what their plans
                  ask for, once asked for (includes/recover.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      limit
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      limit
 
   Reads only what is due (ZRANGEBYSCORE queue_timeouts -inf now LIMIT).
 
@@ -24,7 +25,7 @@
 --- @include "plan"
 --- @include "recover"
 
-local ids = redis.call('ZRANGEBYSCORE', K_QTIMEOUTS, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
+local ids = redis.call('ZRANGEBYSCORE', K_QTIMEOUTS, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[5]))
 local handled = handle_due(ids, plan_transition, function(id)
   redis.call('ZREM', K_QTIMEOUTS, id)
   if redis.call('HGET', jk(id), 'status') == ST.QUEUED then

@@ -6,8 +6,9 @@
     KEYS[11..]   the declared job and model groups and raw keys
                  (includes/declared.lua): the due ids and what their plans
                  ask for, once asked for (includes/recover.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      limit
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      limit
 
   Reads only what is due (ZRANGEBYSCORE retries -inf now LIMIT).
 
@@ -32,7 +33,7 @@ local function plan_retry(id)
   end
 end
 
-local ids = redis.call('ZRANGEBYSCORE', K_RETRIES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[4]))
+local ids = redis.call('ZRANGEBYSCORE', K_RETRIES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[5]))
 local handled = handle_due(ids, plan_retry, function(id)
   redis.call('ZREM', K_RETRIES, id)
   local f = redis.call('HMGET', jk(id), 'status', 'model', 'priority', 'seq')

@@ -7,10 +7,11 @@
     KEYS[11..]   the declared job and model groups and raw keys
                  (includes/declared.lua): the due ids and what their plans
                  ask for, once asked for (includes/recover.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      limit
-    ARGV[5]      retry backoff base ms
-    ARGV[6]      retry backoff cap ms
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      limit
+    ARGV[6]      retry backoff base ms
+    ARGV[7]      retry backoff cap ms
 
   Reads only what is due (ZRANGEBYSCORE run_deadlines -inf now LIMIT).
 
@@ -28,8 +29,8 @@
 --- @include "plan"
 --- @include "recover"
 
-local base_ms, max_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
-local handled = fail_due_attempts(K_RUN, K_LEASES, tonumber(ARGV[4]), ERR.RUN_TIMEOUT,
+local base_ms, max_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
+local handled = fail_due_attempts(K_RUN, K_LEASES, tonumber(ARGV[5]), ERR.RUN_TIMEOUT,
   run_timeout_message,
   function(attempts) return backoff_ms(attempts, base_ms, max_ms) end)
 return recover_reply(handled)

@@ -9,13 +9,14 @@
     KEYS[11..]   the declared job and model groups and raw keys
                  (includes/declared.lua): the jobs, and what the plan asks
                  for (their models, a child's parent and siblings)
-    KEYS[last]   when ARGV[4] is 1: the operation key of the claim being
+    KEYS[last]   when ARGV[5] is 1: the operation key of the claim being
                  undone (claim.lua's last KEY). Its recorded leases are
                  released, and it is marked so that the claim, should it
                  still run (its request was delayed), claims nothing.
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      1 if KEYS[last] is a claim's operation key, else 0
-    ARGV[5..]    job id, lease id pairs to release (besides KEYS[last]'s)
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      1 if KEYS[last] is a claim's operation key, else 0
+    ARGV[6..]    job id, lease id pairs to release (besides KEYS[last]'s)
     ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
@@ -57,7 +58,7 @@ local function release_one(id, lease_id)
 end
 
 -- {id, lease id} pairs: the undone claim's recorded leases, then ARGV's.
-local K_CLAIM_OP = ARGV[4] == '1' and KEYS[#KEYS] or nil
+local K_CLAIM_OP = ARGV[5] == '1' and KEYS[#KEYS] or nil
 local leases = {}
 if K_CLAIM_OP then
   local recorded = redis.call('GET', K_CLAIM_OP)
@@ -67,7 +68,7 @@ if K_CLAIM_OP then
     end
   end
 end
-for i = 5, ARGC - 1, 2 do
+for i = 6, ARGC - 1, 2 do
   leases[#leases + 1] = {ARGV[i], ARGV[i + 1]}
 end
 

@@ -12,15 +12,16 @@
     KEYS[last]    this call's operation key for the claim (includes/once.lua):
                   its leases are recorded as claim.lua records them, so
                   release.lua can give them back when the caller is gone
-    ARGV[1..3]    notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]       worker_id
-    ARGV[5]       lease_timeout_ms
-    ARGV[6]       max_jobs (0: claim nothing)
-    ARGV[7]       n_models
-    ARGV[8]       n_results
-    ARGV[9]       retry backoff base ms
-    ARGV[10]      retry backoff cap ms
-    ARGV[11..]    per result, 8 values: job id, lease id, status, result bytes,
+    ARGV[1..4]    ready channel, changes channel, events_max_length, result_ttl_ms
+                  (common.lua)
+    ARGV[5]       worker_id
+    ARGV[6]       lease_timeout_ms
+    ARGV[7]       max_jobs (0: claim nothing)
+    ARGV[8]       n_models
+    ARGV[9]       n_results
+    ARGV[10]      retry backoff base ms
+    ARGV[11]      retry backoff cap ms
+    ARGV[12..]    per result, 8 values: job id, lease id, status, result bytes,
                   result content type, error_code, error_message, retryable (0|1)
     ARGV[..]      the models (n_models), then one fresh lease id per job that
                   may be claimed (max_jobs)
@@ -48,9 +49,9 @@
 --- @include "end_attempt"
 --- @include "claim_jobs"
 
-local n_results = tonumber(ARGV[8])
-local n_models = tonumber(ARGV[7])
-local models_at = 11 + 8 * n_results
+local n_results = tonumber(ARGV[9])
+local n_models = tonumber(ARGV[8])
+local models_at = 12 + 8 * n_results
 local models = {}
 for i = 1, n_models do
   models[i] = ARGV[models_at - 1 + i]
@@ -60,7 +61,7 @@ local K_RESULTS_OP = KEYS[#KEYS - 1]
 local function answers_for(codes)
   local answers = {}
   for i, code in ipairs(codes) do
-    local id = ARGV[11 + (i - 1) * 8]
+    local id = ARGV[12 + (i - 1) * 8]
     answers[i] = {code, code >= 0 and snapshot(id) or false}
   end
   return answers
@@ -75,7 +76,7 @@ else
   codes = {}
   local outcomes = {}
   for i = 1, n_results do
-    local a = 11 + (i - 1) * 8
+    local a = 12 + (i - 1) * 8
     outcomes[i] = attempt_outcome(ARGV[a + 2], ARGV[a + 7] == '1', ARGV[a + 5], ARGV[a + 3])
     codes[i] = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i]) or 1
   end
@@ -87,7 +88,7 @@ else
   local changed = false
   local ended = {}
   for i = 1, n_results do
-    local a = 11 + (i - 1) * 8
+    local a = 12 + (i - 1) * 8
     if codes[i] == 1 and ended[ARGV[a]] then
       -- the same job twice: checked again after the first one's end, as it
       -- would be in a call of its own (a repeat, or LEASE_LOST)
@@ -96,7 +97,7 @@ else
     if codes[i] == 1 then
       ended[ARGV[a]] = true
       end_attempt(ARGV[a], outcomes[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-        ARGV[a + 6], ARGV[a + 7] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]))
+        ARGV[a + 6], ARGV[a + 7] == '1', tonumber(ARGV[10]), tonumber(ARGV[11]))
       changed = true
     end
   end
@@ -109,13 +110,13 @@ local claimed, needed, hints = {}, {}, {}
 local recorded = op_recorded()
 if recorded then
   claimed = replay_leases(recorded)
-elseif tonumber(ARGV[6]) > 0 then
+elseif tonumber(ARGV[7]) > 0 then
   local leases
-  claimed, leases, needed = claim_jobs(models, tonumber(ARGV[6]), ARGV[4],
-    tonumber(ARGV[5]), models_at + n_models, HINT_HEADS)
+  claimed, leases, needed = claim_jobs(models, tonumber(ARGV[7]), ARGV[5],
+    tonumber(ARGV[6]), models_at + n_models, HINT_HEADS)
   if #leases > 0 then
     op_record(cjson.encode(leases))
   end
-  hints = head_hints(models, tonumber(ARGV[6]))
+  hints = head_hints(models, tonumber(ARGV[7]))
 end
 return {answers_for(codes), claimed, needed, hints}

@@ -8,17 +8,18 @@
                  for (its model, idempotency key, a child's parent and
                  siblings)
     KEYS[last]   this call's operation key (includes/once.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      job id
-    ARGV[5]      lease id (fencing token)
-    ARGV[6]      status: "completed" | "failed"
-    ARGV[7]      result bytes
-    ARGV[8]      result content type
-    ARGV[9]      error_code
-    ARGV[10]     error_message
-    ARGV[11]     retryable (0|1)
-    ARGV[12]     retry backoff base ms
-    ARGV[13]     retry backoff cap ms
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      job id
+    ARGV[6]      lease id (fencing token)
+    ARGV[7]      status: "completed" | "failed"
+    ARGV[8]      result bytes
+    ARGV[9]      result content type
+    ARGV[10]      error_code
+    ARGV[11]     error_message
+    ARGV[12]     retryable (0|1)
+    ARGV[13]     retry backoff base ms
+    ARGV[14]     retry backoff cap ms
     ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
@@ -48,12 +49,12 @@
 --- @include "once"
 --- @include "end_attempt"
 
-local id = ARGV[4]
+local id = ARGV[5]
 if op_recorded() then
   return {1, snapshot(id), 1}
 end
-local outcome = attempt_outcome(ARGV[6], ARGV[11] == '1', ARGV[9], ARGV[7])
-local code = end_attempt_check(id, ARGV[5], outcome)
+local outcome = attempt_outcome(ARGV[7], ARGV[12] == '1', ARGV[10], ARGV[8])
+local code = end_attempt_check(id, ARGV[6], outcome)
 if code and code < 0 then
   return {code}
 end
@@ -65,7 +66,7 @@ end
 if code == 0 then
   return {1, snapshot(id), 0}
 end
-end_attempt(id, outcome, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11] == '1',
-  tonumber(ARGV[12]), tonumber(ARGV[13]))
+end_attempt(id, outcome, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12] == '1',
+  tonumber(ARGV[13]), tonumber(ARGV[14]))
 op_record('1')
 return {1, snapshot(id), 1}

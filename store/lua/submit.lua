@@ -4,22 +4,23 @@
   Input:
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11]     idempotency key (string "<fingerprint> <job id>"), only when
-                 ARGV[10] is 1
+                 ARGV[11] is 1
     KEYS[..]     the declared job and model groups (includes/declared.lua):
                  every job id of the request and every model; the job an
                  idempotency key names, once asked for
     KEYS[last]   this call's operation key (includes/once.lua)
-    ARGV[1..3]   notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]      tenant
-    ARGV[5]      request fingerprint
-    ARGV[6]      max_live_per_tenant
-    ARGV[7]      max_live_total
-    ARGV[8]      max_group_children
-    ARGV[9]      JSON spec: {kind, id, priority, idempotency_key, max_parallel,
+    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+                 (common.lua)
+    ARGV[5]      tenant
+    ARGV[6]      request fingerprint
+    ARGV[7]      max_live_per_tenant
+    ARGV[8]      max_live_total
+    ARGV[9]      max_group_children
+    ARGV[10]      JSON spec: {kind, id, priority, idempotency_key, max_parallel,
                  model, jobs: [{id, model, content_type, labels, max_attempts,
                  queue_timeout, run_timeout, idempotency_key}]}
-    ARGV[10]     1 if KEYS[11] is the idempotency key, else 0
-    ARGV[11..]   one payload per spec.jobs entry, in order
+    ARGV[11]     1 if KEYS[11] is the idempotency key, else 0
+    ARGV[12..]   one payload per spec.jobs entry, in order
     ARGV[..]     the declaration tail (includes/declared.lua)
 
   The checks and writes are includes/submit.lua's, which submit_batch.lua
@@ -55,14 +56,14 @@ if created then
 end
 
 local item = {
-  tenant = ARGV[4],
-  fingerprint = ARGV[5],
-  idem = ARGV[10] == '1' and KEYS[11] or nil,
-  spec = cjson.decode(ARGV[9]),
-  payload_at = 11,
+  tenant = ARGV[5],
+  fingerprint = ARGV[6],
+  idem = ARGV[11] == '1' and KEYS[11] or nil,
+  spec = cjson.decode(ARGV[10]),
+  payload_at = 12,
 }
-local caps = {per_tenant = tonumber(ARGV[6]), total = tonumber(ARGV[7]),
-  children = tonumber(ARGV[8])}
+local caps = {per_tenant = tonumber(ARGV[7]), total = tonumber(ARGV[8]),
+  children = tonumber(ARGV[9])}
 
 local verdict = submit_check(item, caps, submit_pending(), 0)
 local needed = keys_needed()

@@ -10,15 +10,16 @@
                   every job id of every item and every model; the jobs
                   idempotency keys name, once asked for
     KEYS[last]    this call's operation key (includes/once.lua)
-    ARGV[1..3]    notify channel, events_max_length, result_ttl_ms (common.lua)
-    ARGV[4]       max_live_per_tenant
-    ARGV[5]       max_live_total
-    ARGV[6]       max_group_children
-    ARGV[7]       N, the number of items
-    ARGV[8..7+N]  one JSON item each: submit.lua's spec (ARGV[9] there) plus
+    ARGV[1..4]    ready channel, changes channel, events_max_length, result_ttl_ms
+                  (common.lua)
+    ARGV[5]       max_live_per_tenant
+    ARGV[6]       max_live_total
+    ARGV[7]       max_group_children
+    ARGV[8]       N, the number of items
+    ARGV[9..8+N]  one JSON item each: submit.lua's spec (ARGV[10] there) plus
                   tenant, fingerprint ("" when unkeyed) and key (the KEYS
                   index of its idempotency key, 0 when unkeyed)
-    ARGV[8+N..]   the payloads: item 1's (one per spec.jobs entry, in
+    ARGV[9+N..]   the payloads: item 1's (one per spec.jobs entry, in
                   order), then item 2's, ...
     ARGV[..]      the declaration tail (includes/declared.lua)
 
@@ -71,16 +72,16 @@ if recorded then
   return reply(ids, reused)
 end
 
-local caps = {per_tenant = tonumber(ARGV[4]), total = tonumber(ARGV[5]),
-  children = tonumber(ARGV[6])}
-local count = tonumber(ARGV[7])
+local caps = {per_tenant = tonumber(ARGV[5]), total = tonumber(ARGV[6]),
+  children = tonumber(ARGV[7])}
+local count = tonumber(ARGV[8])
 
 -- Check every item before writing anything.
 local items, verdicts = {}, {}
 local pending = submit_pending()
-local payload_at = 8 + count
+local payload_at = 9 + count
 for i = 1, count do
-  local spec = cjson.decode(ARGV[7 + i])
+  local spec = cjson.decode(ARGV[8 + i])
   local key = tonumber(spec['key']) or 0
   local item = {
     tenant = spec['tenant'],
@@ -95,7 +96,7 @@ for i = 1, count do
     -- later items' verdicts depend on this one: ask for what the later
     -- items' idempotency keys name too, then stop
     for j = i + 1, count do
-      local later = cjson.decode(ARGV[7 + j])
+      local later = cjson.decode(ARGV[8 + j])
       local later_key = tonumber(later['key']) or 0
       local held = later_key > 0 and redis.call('GET', KEYS[later_key])
       local held_id = held and string.match(held, '^%S+ (%S+)$')

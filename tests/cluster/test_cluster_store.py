@@ -26,10 +26,17 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from store import Store, StoreMisconfigured, StoreSettings, StoreUnavailable, open_store
+from store import (
+    Store,
+    StoreMisconfigured,
+    StoreSettings,
+    StoreUnavailable,
+    open_store,
+    redis_store,
+)
 from store.errors import StoreError
 from store.keys import Keys
-from store.model import Job, JobSpec, SubmitRequest
+from store.model import Job, JobSpec, JobStatus, SubmitRequest
 from store.redis_packing import HiredisPacking
 from store.redis_partitioned import PartitionedRedisStore
 from store.redis_scripts import read_script, script_names
@@ -176,6 +183,80 @@ async def test_notifications_are_subscribed_sharded_on_the_owner_of_the_channel_
         await store.close()
 
 
+@pytest.mark.parametrize(("hear_changes", "changes_subscribers"), [(False, 0), (True, 1)])
+async def test_a_store_subscribes_sharded_to_the_channels_it_hears(
+    shared_cluster: ClusterDeployment, hear_changes: bool, changes_subscribers: int
+) -> None:
+    owner = shared_cluster.primaries()[1]
+    partition = partition_on(shared_cluster, owner)
+    keys = Keys(partition)
+    store = open_store(
+        shared_cluster.url, StoreSettings(), partition=partition, hear_changes=hear_changes
+    )
+    await store.open()
+    try:
+        assert shard_subscribers(shared_cluster, owner, keys.notify) == 1
+        assert shard_subscribers(shared_cluster, owner, keys.changes) == changes_subscribers
+    finally:
+        await store.close()
+
+
+async def test_a_claim_on_a_store_not_hearing_changes_is_woken_by_a_submit(
+    shared_cluster: ClusterDeployment,
+) -> None:
+    partition = uuid.uuid4().hex[:10]
+    waiter = open_store(
+        shared_cluster.url, StoreSettings(), partition=partition, hear_changes=False
+    )
+    submitter = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    await waiter.open()
+    await submitter.open()
+    try:
+        claim = asyncio.create_task(waiter.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+        await wait_claiming(waiter, MODEL)
+        started = time.monotonic()
+        job = await submit(submitter)
+        [claimed] = await asyncio.wait_for(claim, 10)
+        assert claimed.job.id == job.id
+        assert time.monotonic() - started < 2.0, "woken by the notification, not the re-check"
+    finally:
+        await waiter.close()
+        await submitter.close()
+
+
+async def test_a_watch_sees_every_transition_a_store_not_hearing_changes_makes(
+    shared_cluster: ClusterDeployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_store, "SAFETY_RECHECK", 600.0)  # wake-ups only
+    partition = uuid.uuid4().hex[:10]
+    gateway_side = open_store(shared_cluster.url, StoreSettings(), partition=partition)
+    worker_side = open_store(
+        shared_cluster.url, StoreSettings(), partition=partition, hear_changes=False
+    )
+    await gateway_side.open()
+    await worker_side.open()
+    try:
+        await submit(gateway_side)
+        job = await submit(gateway_side)
+        stream = gateway_side.watch(TENANT, job.id)
+
+        async def step() -> Job:
+            return await asyncio.wait_for(anext(stream), 5)
+
+        assert (await step()).queue_position == 1
+        await worker_side.claim("w1", [MODEL])
+        assert (await step()).queue_position == 0
+        [leased] = await worker_side.claim("w1", [MODEL])
+        assert (await step()).status is JobStatus.PROCESSING
+        await worker_side.heartbeat(job.id, leased.lease_id, 0.5, "half")
+        assert (await step()).progress == 0.5
+        await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
+        assert (await step()).status is JobStatus.COMPLETED
+    finally:
+        await gateway_side.close()
+        await worker_side.close()
+
+
 async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
     shared_cluster: ClusterDeployment,
 ) -> None:
@@ -203,17 +284,20 @@ async def test_a_submit_publishes_on_its_shard_only(shared_cluster: ClusterDeplo
     owner = shared_cluster.primaries()[1]
     other = shared_cluster.primaries()[0]
     partition = partition_on(shared_cluster, owner)
-    channel = Keys(partition).notify
+    channels = (Keys(partition).notify, Keys(partition).changes)
     store = open_store(shared_cluster.url, StoreSettings(), partition=partition)
     await store.open()
     plain = [subscriber_on(node) for node in (owner, other)]
     sharded = subscriber_on(owner)
     try:
         for subscriber in plain:
-            subscriber.subscribe(channel)
-        sharded.ssubscribe(channel)
+            subscriber.subscribe(*channels)
+        for channel in channels:
+            sharded.ssubscribe(channel)
         job = await submit(store)
-        assert f"j {job.id}".encode() in published(sharded, "smessage", until=f"j {job.id}")
+        heard = published(sharded, "smessage", until=f"j {job.id}")
+        # the "r" goes out before the "j" (one script, one connection)
+        assert heard == [f"r {MODEL} {job.id}".encode(), f"j {job.id}".encode()]
         # the sharded subscriber has heard the submit, so a PUBLISH would be here by now
         for subscriber in plain:
             assert published(subscriber, "message") == []

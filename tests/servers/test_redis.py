@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 
 import grpc
 import pytest
+from redis.asyncio import Redis
 
+from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2
 from serving.background import StoreProbe
 from serving.runner import open_configured_store
-from serving.settings import ServerSettings
+from serving.settings import Address, ServerSettings
 from store import StoreSettings, open_store
+from store.keys import Keys
 from store.redis_partitioned import PartitionedRedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
@@ -132,3 +136,31 @@ async def test_queue_depth_is_read_from_redis_at_scrape(
     labels = {"model": "depth", "priority": "batch"}
     assert await harness.value("jobgate_queue_depth", labels) == 2
     assert await harness.value("jobgate_jobs_in_flight", {"model": "depth"}) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "hears_changes"), [("worker-server", False), ("gateway", True), ("serve", True)]
+)
+async def test_a_server_subscribes_to_the_channels_its_calls_wait_for(
+    redis_server: RedisServer, partition: str, command: str, hears_changes: bool
+) -> None:
+    # the worker-server only claims: it never reads the "j"/"q" change messages
+    loopback = Address("127.0.0.1", 0)
+    settings = ServerSettings(
+        listen=loopback,
+        worker_listen=loopback,
+        redis_url=redis_server.url,
+        redis_partition=partition,
+    )
+    process = server_process(command, settings, out=io.StringIO(), install_signals=False)
+    running = asyncio.create_task(process.run())
+    client = Redis.from_url(redis_server.url)
+    try:
+        await asyncio.wait_for(process.started.wait(), 5)
+        keys = Keys(partition)
+        reply = dict(await client.pubsub_numsub(keys.notify, keys.changes))
+        assert reply == {keys.notify.encode(): 1, keys.changes.encode(): int(hears_changes)}
+    finally:
+        await client.aclose()
+        process.request_stop()
+        assert await asyncio.wait_for(running, 15) == 0

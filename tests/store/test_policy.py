@@ -102,7 +102,15 @@ async def _lua(client: Redis, body: str, *args: str | int) -> object:
     # nothing declared: the tail is the first group's KEYS index and three zero counts
     tail = (len(keys) + 1, 0, 0, 0)
     reply: object = await client.eval(
-        source, len(keys), *keys, "policy-test:{p}:notify", 10, 1000, *args, *tail
+        source,
+        len(keys),
+        *keys,
+        "policy-test:{p}:notify",
+        "policy-test:{p}:changes",
+        10,
+        1000,
+        *args,
+        *tail,
     )
     return reply
 
@@ -111,9 +119,9 @@ async def _lua(client: Redis, body: str, *args: str | int) -> object:
 @pytest.mark.parametrize(
     ("template", "call", "fields"),
     [
-        (GROUP_MESSAGE, "group_message(ARGV[4], ARGV[5])", {"failed": "2", "total": "5"}),
-        (LEASE_EXPIRED_MESSAGE, "lease_expired_message(ARGV[4])", {"attempts": "3"}),
-        (RUN_TIMEOUT_MESSAGE, "run_timeout_message(ARGV[4])", {"attempts": "3"}),
+        (GROUP_MESSAGE, "group_message(ARGV[5], ARGV[6])", {"failed": "2", "total": "5"}),
+        (LEASE_EXPIRED_MESSAGE, "lease_expired_message(ARGV[5])", {"attempts": "3"}),
+        (RUN_TIMEOUT_MESSAGE, "run_timeout_message(ARGV[5])", {"attempts": "3"}),
     ],
 )
 async def test_lua_messages_are_the_python_templates(
@@ -125,7 +133,7 @@ async def test_lua_messages_are_the_python_templates(
 
 @pytest.mark.redis
 async def test_lua_exhausted_message_is_the_python_one(redis_client: Redis) -> None:
-    body = "\nreturn exhausted_message_of(ARGV[4], ARGV[5])"
+    body = "\nreturn exhausted_message_of(ARGV[5], ARGV[6])"
     assert await _lua(redis_client, body, "E", "boom") == exhausted_message("E", "boom")
 
 
@@ -135,7 +143,7 @@ async def test_lua_backoff_is_retry_delay(redis_client: Redis, attempts: int) ->
     settings = StoreSettings(
         retry_backoff_base=timedelta(milliseconds=250), retry_backoff_max=timedelta(seconds=10)
     )
-    body = "\nreturn backoff_ms(tonumber(ARGV[4]), 250, 10000)"
+    body = "\nreturn backoff_ms(tonumber(ARGV[5]), 250, 10000)"
     delay_ms = await _lua(redis_client, body, attempts)
     assert delay_ms == retry_delay(attempts, settings) // timedelta(milliseconds=1)
 

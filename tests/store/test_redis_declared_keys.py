@@ -36,7 +36,7 @@ from store.model import (
     SubmitRequest,
 )
 from store.policy import lua_policy
-from store.redis_notify import Notifier
+from store.redis_notify import READY, Notifier
 from store.redis_partitioned import PartitionedRedisStore
 from store.redis_scripts import read_script, script_names
 from store.redis_store import RedisStore
@@ -490,7 +490,8 @@ def _notifier_heard(
     message: bytes, kind: str = "message"
 ) -> tuple[bool, list[tuple[str, str, str]]]:
     """(did a listener of "r m" wake, the hints handed on) for one message."""
-    notifier = Notifier(_no_client, "channel")
+    notifier = Notifier(_no_client)
+    notifier.add_channel("channel", READY)
     heard: list[tuple[str, str, str]] = []
     notifier.on_ready = lambda channel, model, job_id: heard.append((channel, model, job_id))
     with notifier.listen(["r m"]) as listener:

@@ -11,19 +11,23 @@
 --   KEYS[8]  in_flight       hash       model -> PROCESSING count
 --   KEYS[9]  models          set        every model seen
 --   KEYS[10] seq             string     the last ready-queue score handed out (microseconds, next_seq)
---   ARGV[1]  notify channel  the partition's pub/sub channel (not a key)
---   ARGV[2]  events_max_length
---   ARGV[3]  result_ttl in ms
+--   ARGV[1]  ready channel   the partition's pub/sub channel for "r" (not a key)
+--   ARGV[2]  changes channel the partition's pub/sub channel for "j" and "q"
+--   ARGV[3]  events_max_length
+--   ARGV[4]  result_ttl in ms
 --
 -- Per-job and per-model keys (job hash, payload, result, children, held,
 -- ready queues) are the declared ones (includes/declared.lua, included
 -- before this file): jk(id), queue_key(model, priority)...
 --
--- Notifications (PUBLISH on ARGV[1]; SPUBLISH on Redis Cluster, where the
--- channel carries the partition's hash tag, so it is in the script's slot
--- as Redis requires): "r <model> <id>" job <id> became
--- claimable (the id is a hint for the next claim); "q <model>" a ready queue shrank (queue positions moved);
--- "j <id>" the job's snapshot changed.
+-- Notifications (PUBLISH; SPUBLISH on Redis Cluster, where both channels
+-- carry the partition's hash tag, so they are in the script's slot as Redis
+-- requires), split by audience so a server subscribes only to what it
+-- waits for (store/redis_notify.py): on the ready channel (ARGV[1]; claims)
+-- "r <model> <id>" job <id> became claimable (the id is a hint for the next
+-- claim); on the changes channel (ARGV[2]; watchers, event follows)
+-- "q <model>" a ready queue shrank (queue positions moved) and "j <id>" the
+-- job's snapshot changed.
 --
 -- Out of memory: Redis 7 runs scripts without a shebang in compatibility
 -- mode, where OOM is checked only at the first DENYOOM command (HSET, ZADD,
@@ -35,9 +39,10 @@
 -- anything.
 
 --- @include "publish"
-local NOTIFY_CHANNEL = ARGV[1]
-local EVENTS_MAXLEN = ARGV[2]
-local RESULT_TTL_MS = tonumber(ARGV[3])
+local READY_CHANNEL = ARGV[1]
+local CHANGES_CHANNEL = ARGV[2]
+local EVENTS_MAXLEN = ARGV[3]
+local RESULT_TTL_MS = tonumber(ARGV[4])
 local K_EVENTS = KEYS[1]
 local K_LEASES = KEYS[2]
 local K_RUN = KEYS[3]
@@ -81,7 +86,7 @@ local function notify(kind, what)
   local message = kind .. ' ' .. what
   if not NOTIFIED[message] then
     NOTIFIED[message] = true
-    redis.call(PUBLISH, NOTIFY_CHANNEL, message)
+    redis.call(PUBLISH, kind == 'r' and READY_CHANNEL or CHANGES_CHANNEL, message)
   end
 end
 

@@ -4,7 +4,7 @@
 --
 -- An item is one request:
 --   {tenant, fingerprint, idem (its idempotency key's name in KEYS, or nil),
---    spec (decoded JSON, see submit.lua ARGV[9]), payload_at (the ARGV index
+--    spec (decoded JSON, see submit.lua ARGV[10]), payload_at (the ARGV index
 --    of its first payload; one payload per spec.jobs entry, in order)}
 -- Caps: {per_tenant, total, children} (max_live_per_tenant, max_live_total,
 -- max_group_children).
