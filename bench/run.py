@@ -7,7 +7,8 @@ sizes, under two minutes); its figures mean nothing. The modules:
 bench.e2e (throughput, drain, latency, CPU, Redis commands per job),
 bench.depth (cost against queue depth, memory per job), bench.under_load
 (streams and long-polls), bench.roundtrips (MONITOR round trips per RPC),
-bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions).
+bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions),
+bench.floors (a bare gRPC echo and bare redis-py calls: the floors).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
 from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
 from bench.e2e import Sizes, TopologyFigures, throughput_and_latency
+from bench.floors import Floors
+from bench.floors import measure as measure_floors
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import round_trips
 from bench.sink import Sink, sink
@@ -49,6 +52,7 @@ class Plan:
     probe_seconds: float
     trips_calls: int
     cluster_jobs: int  # per Redis Cluster row
+    floor_calls: int  # per floor measurement
 
 
 FULL = Plan(
@@ -56,14 +60,14 @@ FULL = Plan(
           latency_rate=200, latency_seconds=10),
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
-    cluster_jobs=2000,
+    cluster_jobs=2000, floor_calls=5000,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
           latency_rate=200, latency_seconds=1),
     depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
-    cluster_jobs=200,
+    cluster_jobs=200, floor_calls=300,
 )  # fmt: skip
 
 
@@ -186,6 +190,30 @@ def _load_lines(states: list[LoadState], plan: Plan) -> list[str]:
             "without reaching the handler and were retried.", ""]  # fmt: skip
 
 
+def _floor_lines(floors: Floors) -> list[str]:
+    rows = [
+        ["bare grpc.aio unary echo, server (uvloop)", f"{floors.echo_server_ms:.3f}",
+         f"{floors.echo_rate:.0f} calls/s one at a time"],
+        ["bare grpc.aio unary echo, client (asyncio)", f"{floors.echo_client_ms:.3f}", ""],
+        ["redis-py EVALSHA `return 1`, client", f"{floors.redis_py_ms:.3f}",
+         f"Redis {floors.redis_script_us:.1f} µs per call"],
+        ["redis-py EVALSHA, 40 keys + 20 args (a transition's shape), client",
+         f"{floors.redis_py_wide_ms:.3f}",
+         f"Redis {floors.redis_script_wide_us:.1f} µs per call (EXISTS of each key)"],
+    ]  # fmt: skip
+    return ["## 10. Floors: the parts alone (bench/floors.py)", "",
+            *table(["what", "CPU ms per call", "note"], rows), "",
+            "A job costs at least two unary calls (Submit, then ReportAndClaim on the "
+            "worker side) and two script calls, so the floor of section 4's CPU per 1,000 "
+            "jobs is about 2 x (server + client echo) for the gRPC parts plus 2 x the "
+            "redis-py call; the rest is jobgate's own work and Redis's script time.",
+            ""]  # fmt: skip
+
+
+def _floors_section(plan: Plan, _: Sink) -> list[str]:
+    return _floor_lines(measure_floors(plan.floor_calls))
+
+
 def _header(plan_name: str, label: str) -> list[str]:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M} ({plan_name})", "",
@@ -242,6 +270,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "depth": _depth_section,
     "load": _load_section,
     "cluster": _cluster_section,
+    "floors": _floors_section,
 }
 
 

@@ -95,7 +95,8 @@ def test_round_trips_have_every_rpc(report: str) -> None:
 def test_depth_has_every_quick_depth_and_memory_per_job(report: str) -> None:
     for depth in ("1,000", "5,000"):
         row = _row(report, depth)
-        assert re.search(r"\| \d+ \|$", row), row  # used_memory bytes per job
+        # used_memory bytes per job, then Redis µs per script / per command
+        assert re.search(r"\| \d+ \| \d+ / [\d.]+ \|$", row), row
 
 
 def test_load_has_idle_and_loaded_states(report: str) -> None:
@@ -136,6 +137,14 @@ def test_cluster_rows_count_the_masters_owning_partitions(report: str) -> None:
     assert owners[3, 1, 1][0] == 1
     # Twelve hash tags over three masters' slot ranges land on more than one.
     assert owners[3, 12, 32][0] > 1 and sum(map(int, owners[3, 12, 32][1].split(","))) == 12
+
+
+def test_floors_measure_the_grpc_echo_and_redis_py_calls(report: str) -> None:
+    for what in ("bare grpc.aio unary echo, server (uvloop)",
+                 "bare grpc.aio unary echo, client (asyncio)",
+                 "redis-py EVALSHA `return 1`, client",
+                 "redis-py EVALSHA, 40 keys + 20 args (a transition's shape), client"):  # fmt: skip
+        assert re.search(r"\| \d+\.\d{3} \|", _row(report, what)), what
 
 
 def test_run_line_names_the_command_and_wall_time(report: str) -> None:
