@@ -5,7 +5,8 @@
         done = await client.wait_for_result(job.id, timeout=60)
         print(done.status, done.result)
 
-Every unary call is retried on UNAVAILABLE and RESOURCE_EXHAUSTED with a
+Every unary call is retried on UNAVAILABLE, CANCELLED (from a server shutting
+down) and RESOURCE_EXHAUSTED with a
 jittered exponential back-off that honours the server's RetryInfo, all within
 the call's deadline. Submit is safe to retry because the client generates an
 idempotency key (a ULID) when the caller gives none, so a retry after a lost

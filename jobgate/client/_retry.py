@@ -1,9 +1,14 @@
 """Retries with jittered exponential back-off that honour the server's RetryInfo.
 
-Only UNAVAILABLE and RESOURCE_EXHAUSTED are retried: the first means the call
-never took effect or is safe to repeat (every JobService call is idempotent
-once Submit carries a key), the second is an admission cap that a wait may
-lift. The whole sequence of attempts stays inside one deadline.
+Only UNAVAILABLE, CANCELLED and RESOURCE_EXHAUSTED are retried. UNAVAILABLE
+means the call never took effect or is safe to repeat (every JobService call
+is idempotent once Submit carries a key). CANCELLED reaches a caller as an
+RpcError only from the other side (its own cancel is asyncio.CancelledError):
+a server shutting down cancels the calls its transport had taken but not yet
+started (gRPC core's shutdown), which happens to a few calls of every
+rolling restart; repeating one is as safe as after UNAVAILABLE.
+RESOURCE_EXHAUSTED is an admission cap that a wait may lift. The whole
+sequence of attempts stays inside one deadline.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ log = logging.getLogger("jobgate.client")
 
 T = TypeVar("T")
 
-RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+RETRY_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,19 @@ async def test_submit_retries_unavailable_until_it_succeeds(fake: Fake, client: 
     assert len(service.calls("Submit")) == 3
 
 
+async def test_submit_retries_a_cancel_from_a_server_shutting_down(
+    fake: Fake, client: JobClient
+) -> None:
+    service, _ = fake
+    service.script("Submit", Fail(code_pb2.CANCELLED))
+
+    job = await client.submit("m", b"x")
+
+    assert job.id == "01JOB"
+    keys = {seen.request.idempotency_key for seen in service.calls("Submit")}
+    assert len(service.calls("Submit")) == 2 and len(keys) == 1
+
+
 async def test_every_submit_retry_carries_the_same_generated_idempotency_key(
     fake: Fake, client: JobClient
 ) -> None:

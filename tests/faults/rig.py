@@ -60,7 +60,11 @@ FAULT_SETTINGS: Mapping[str, str] = {
     "metrics-listen": "127.0.0.1:0",
 }
 #: Client answers worth retrying (AIP-194), with the same idempotency key.
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# As JobClient's (jobgate/client/_retry.py), with DEADLINE_EXCEEDED: a server
+# shutting down cancels the calls it had taken but not started (CANCELLED).
+RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
 CALL_TIMEOUT = 5.0
 HANDLER = "tests.faults.handlers:ledger"
 
