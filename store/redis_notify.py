@@ -15,6 +15,19 @@ local `Listener`s interested in that message. A listener is level
 triggered: clear it, read the state, then wait; a message that arrives
 after the clear is never lost.
 
+Claims listen with `wake_one`: an "r <model> <id>" message makes one job
+claimable, so it wakes only the claim listener of "r <model>" that has
+waited longest (with eight claims waiting, waking all ran eight claim
+scripts per job and seven found nothing). It is marked not-waiting at once,
+so the next message wakes another. If no claim listener of the topic is
+waiting (all are between clear() and wait(): mid-read), every one is set,
+as for any other topic, so a read that missed the job reads again. A claim
+woken alone that leaves before it clears again (cancelled, closed) hands
+its wake to the next waiting one; one found by a second message before it
+read (two models, or nobody else waiting) hands both on when it clears,
+since its read may take either job. Other listeners of the topic (a watch of
+a QUEUED job) are all woken as before.
+
 On one server or Sentinel there is one subscription (SUBSCRIBE of every
 channel). On Cluster the scripts SPUBLISH (sharded pub/sub: the message
 stays on the shard of the channel's slot), so there is one subscription per
@@ -73,9 +86,15 @@ class UnheardTopic(RuntimeError):
 class Listener:
     """Waits for any message among `topics` (e.g. "r gpt-small", "j 01H...")."""
 
-    def __init__(self, notifier: Notifier, topics: Iterable[str]) -> None:
+    def __init__(self, notifier: Notifier, topics: Iterable[str], wake_one: bool = False) -> None:
         self._notifier = notifier
         self.topics: set[str] = set(topics)
+        # one of the claims an "r" message wakes only one of (module docstring)
+        self.wake_one = wake_one
+        # the "r" topics it was woken alone for (and any later message of its
+        # topics that found it still woken), until its next clear(); handed
+        # on if it leaves unread, or if more than one (its read may take one)
+        self.owed: list[str] = []
         # The first topics are the listener's own (a message there is urgent);
         # later ones, added with `add`, only say that something nearby moved.
         self.own: set[str] = set(self.topics)
@@ -95,6 +114,13 @@ class Listener:
     def clear(self) -> None:
         self.event.clear()
         self.own_event.clear()
+        owed, self.owed = self.owed, []
+        if len(owed) > 1:
+            # e.g. woken for "r b", then "r a" found no other claim of "a"
+            # waiting: this read may take either job, so each topic wakes
+            # another claim of it (or, none waiting, every claim of it)
+            for topic in owed:
+                self._notifier._wake_one(topic)
 
     async def settle(self, seconds: float) -> None:
         """After a wake-up by a later topic only, wait up to `seconds` for an own one.
@@ -110,11 +136,13 @@ class Listener:
         """Return on a message, on timeout or at close; raise if pub/sub is down."""
         self._notifier.check()
         self.waiting = True
+        self._notifier._queue(self)
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.event.wait(), timeout)
         finally:
             self.waiting = False
+            self._notifier._unqueue(self)
         self._notifier.check()
 
 
@@ -130,6 +158,9 @@ class Notifier:
         # the message kinds the channels carry: what a listener may wait for
         self._kinds: set[str] = set()
         self._listeners: dict[str, set[Listener]] = {}
+        # per "r" topic, the wake_one listeners waiting now, longest first
+        # (a dict used as an ordered set)
+        self._queues: dict[str, dict[Listener, None]] = {}
         self._subscriptions: list[Subscription] = []
         # Channels whose owner may have changed (their subscription broke):
         # re-located through Redis before the next subscribe.
@@ -203,8 +234,9 @@ class Notifier:
                 await subscription.disconnect()
 
     @contextlib.contextmanager
-    def listen(self, topics: Iterable[str]) -> Iterator[Listener]:
-        listener = Listener(self, topics)
+    def listen(self, topics: Iterable[str], wake_one: bool = False) -> Iterator[Listener]:
+        """A listener of `topics`; `wake_one` for a claim (see the module docstring)."""
+        listener = Listener(self, topics, wake_one)
         for topic in listener.topics:
             self.require(topic)
         for topic in listener.topics:
@@ -212,12 +244,18 @@ class Notifier:
         try:
             yield listener
         finally:
+            self._unqueue(listener)
             for topic in listener.topics:
                 waiting = self._listeners.get(topic)
                 if waiting is not None:
                     waiting.discard(listener)
                     if not waiting:
                         del self._listeners[topic]
+            if listener.event.is_set():
+                # woken alone and gone without reading: the jobs are still
+                # claimable and no other claim was told
+                for topic in listener.owed:
+                    self._wake_one(topic)
 
     def listeners(self, topic: str) -> int:
         """Listeners of `topic` (waiting or not), in O(1)."""
@@ -229,6 +267,42 @@ class Notifier:
 
     def _index(self, listener: Listener, topic: str) -> None:
         self._listeners.setdefault(topic, set()).add(listener)
+
+    def _queue(self, listener: Listener) -> None:
+        """`listener` starts waiting: last in line for each of its "r" topics."""
+        if not listener.wake_one or listener.event.is_set():
+            return  # a set event returns at once: never the one to wake
+        for topic in listener.topics:
+            if topic.startswith("r "):
+                self._queues.setdefault(topic, {})[listener] = None
+
+    def _unqueue(self, listener: Listener) -> None:
+        for topic in listener.topics:
+            queue = self._queues.get(topic)
+            if queue is not None:
+                queue.pop(listener, None)
+                if not queue:
+                    del self._queues[topic]
+
+    def _wake_one(self, topic: str) -> None:
+        """Wake the longest-waiting claim of `topic`; if none waits, every claim of it."""
+        # skip one whose event is set already (by _wake_all): it has not run yet
+        queue = self._queues.get(topic, {})
+        chosen = next((listener for listener in queue if not listener.event.is_set()), None)
+        if chosen is not None:
+            self._unqueue(chosen)
+            chosen.waiting = False  # at once: the next message wakes another
+            chosen.owed.append(topic)
+            chosen.event.set()
+            chosen.own_event.set()
+            return
+        for listener in self._listeners.get(topic, ()):
+            if not listener.wake_one:
+                continue
+            if listener.owed:
+                listener.owed.append(topic)  # already woken alone: its one read is spoken for
+            listener.event.set()
+            listener.own_event.set()
 
     def _wake_all(self) -> None:
         for waiting in self._listeners.values():
@@ -245,12 +319,16 @@ class Notifier:
         topic = data.decode(errors="replace")
         kind, _, rest = topic.partition(" ")
         model, _, job_id = rest.partition(" ")
-        if kind == "r" and job_id:
+        one_job = kind == "r" and bool(job_id)
+        if one_job:
             # "r <model> <id>"; a bare "r <model>" (an older server's scripts,
-            # mid-upgrade) still wakes its listeners
+            # mid-upgrade) still wakes all its listeners
             topic = f"r {model}"
             self.on_ready(_channel_name(message.get("channel")), model, job_id)
+            self._wake_one(topic)
         for listener in (*self._listeners.get(topic, ()), *self._listeners.get(ANY_MESSAGE, ())):
+            if one_job and listener.wake_one:
+                continue  # _wake_one chose among these
             listener.event.set()
             if topic in listener.own or ANY_MESSAGE in listener.own:
                 listener.own_event.set()

@@ -387,7 +387,7 @@ class PartitionedRedisStore(Store):
             return []
         max_jobs = claim_limit(max_jobs)
         return await long_poll(
-            self.owner.listen(f"r {model}" for model in models),
+            self.owner.listen((f"r {model}" for model in models), wake_one=True),
             lambda: self._claim_now(worker_id, models, max_jobs),
             wait,
             closed=lambda: self._closed,

@@ -337,11 +337,15 @@ class RedisStore(Store):
         if self._hear_changes:
             self._notifier.add_channel(keys.changes, CHANGES)
 
-    def listen(self, topics: Iterable[str]) -> contextlib.AbstractContextManager[Listener]:
+    def listen(
+        self, topics: Iterable[str], wake_one: bool = False
+    ) -> contextlib.AbstractContextManager[Listener]:
         """A listener on this store's notifier (every partition sharing it).
 
-        Raises UnheardTopic for a topic no subscribed channel carries."""
-        return self._notifier.listen(topics)
+        `wake_one` for a claim: a ready message wakes one claim listener
+        (store/redis_notify.py). Raises UnheardTopic for a topic no
+        subscribed channel carries."""
+        return self._notifier.listen(topics, wake_one)
 
     def hears(self, topic: str) -> bool:
         """Whether a listener of `topic` can be woken (its channel is subscribed)."""
@@ -867,7 +871,7 @@ class RedisStore(Store):
             return []
         max_jobs = claim_limit(max_jobs)
         return await long_poll(
-            self._notifier.listen(f"r {model}" for model in models),
+            self._notifier.listen((f"r {model}" for model in models), wake_one=True),
             lambda: self._claim_once(worker_id, models, max_jobs),
             wait,
             closed=lambda: self._closed,
