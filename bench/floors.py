@@ -5,9 +5,9 @@ side) and a few Redis script calls. Measured here with nothing of jobgate's
 around them, so each process's CPU per job in section 4 can be split into
 the floor and jobgate's own work:
 
-- a bare grpc.aio unary echo (generic handler, 100 bytes each way), its
-  server on uvloop as jobgate's servers are, its client on asyncio as
-  JobClient's caller: CPU per call on each side and calls/s, one at a time;
+- a bare grpc.aio unary echo (generic handler, 100 bytes each way), server
+  and client on asyncio's loop as jobgate's are: CPU per call on each side
+  and calls/s, one at a time;
 - redis-py's asyncio client sending EVALSHA of `return 1`, and of a script
   call shaped like the store's (60 arguments): client CPU per call;
 - Redis's own time per call of those two scripts (INFO commandstats).
@@ -152,9 +152,7 @@ def main() -> None:
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
-        import uvloop
-
-        uvloop.run(_echo_server(args.calls))
+        asyncio.run(_echo_server(args.calls))
         return
     print(measure(args.calls))
 

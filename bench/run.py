@@ -192,7 +192,7 @@ def _load_lines(states: list[LoadState], plan: Plan) -> list[str]:
 
 def _floor_lines(floors: Floors) -> list[str]:
     rows = [
-        ["bare grpc.aio unary echo, server (uvloop)", f"{floors.echo_server_ms:.3f}",
+        ["bare grpc.aio unary echo, server (asyncio)", f"{floors.echo_server_ms:.3f}",
          f"{floors.echo_rate:.0f} calls/s one at a time"],
         ["bare grpc.aio unary echo, client (asyncio)", f"{floors.echo_client_ms:.3f}", ""],
         ["redis-py EVALSHA `return 1`, client", f"{floors.redis_py_ms:.3f}",

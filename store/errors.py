@@ -175,14 +175,3 @@ def reporting(on_failure: FailureHook, operation: str) -> Iterator[None]:
         if is_failure(error):
             on_failure(operation)
         raise
-
-
-def closed_transport(error: BaseException) -> bool:
-    """True for uvloop's answer to a write on a connection Redis closed.
-
-    asyncio's transports drop such a write and the read then fails with a
-    ConnectionError; uvloop's raise RuntimeError("unable to perform operation
-    on <TCPTransport closed=True ...>"), which redis-py passes on as it is
-    (having closed the connection). It is a lost connection all the same.
-    """
-    return isinstance(error, RuntimeError) and "unable to perform operation on" in str(error)

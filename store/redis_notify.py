@@ -54,7 +54,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
-from store.errors import StoreUnavailable, closed_transport
+from store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -343,9 +343,7 @@ class Notifier:
         """
         try:
             owners = await self._locate(self._channels, sorted(self._stale))
-        except (RedisError, RedisClusterException, OSError, RuntimeError) as error:
-            if isinstance(error, RuntimeError) and not closed_transport(error):
-                raise
+        except (RedisError, RedisClusterException, OSError) as error:
             raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
         groups: dict[int, tuple[Redis, list[str]]] = {}
         for channel, client in zip(self._channels, owners, strict=True):
@@ -432,10 +430,8 @@ class Subscription:
                     await pubsub.ssubscribe(channel)
             else:
                 await pubsub.subscribe(*self.channels)
-        except (RedisError, OSError, RuntimeError) as error:
+        except (RedisError, OSError) as error:
             await self._close_pubsub()
-            if isinstance(error, RuntimeError) and not closed_transport(error):
-                raise
             raise StoreUnavailable(f"cannot subscribe to notifications: {error}") from error
         self.live = True
 
@@ -451,9 +447,7 @@ class Subscription:
                         raise RedisConnectionError("no answer to PING on the subscription")
                     await self.pubsub.ping()
                     _raise_if_cancelled()
-            except (RedisError, OSError, RuntimeError) as error:
-                if isinstance(error, RuntimeError) and not closed_transport(error):
-                    raise
+            except (RedisError, OSError) as error:
                 # also a MOVED answering SSUBSCRIBE: the slot moved before we subscribed
                 return str(error) or type(error).__name__
             awaiting_pong = message is None
@@ -499,8 +493,8 @@ def _raise_if_cancelled() -> None:
 
     redis-py's get_message can swallow a cancel of the task reading it: its
     read answers the cancel like its own read timeout and returns None (seen
-    on uvloop on every close). The reader would then read on forever and
-    close() would wait for it forever.
+    on uvloop on every close, possible on any loop). The reader would then
+    read on forever and close() would wait for it forever.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():

@@ -58,7 +58,6 @@ from store.errors import (
     StoreError,
     StoreMisconfigured,
     StoreUnavailable,
-    closed_transport,
     ignore_failure,
     reporting,
 )
@@ -203,10 +202,6 @@ def _translated(operation: str) -> Iterator[None]:
         if str(error).startswith(_CLUSTER_UNREACHABLE):
             raise StoreUnavailable(f"{operation}: {error}") from error
         raise StoreError(f"{operation}: {error}") from error
-    except RuntimeError as error:
-        if closed_transport(error):
-            raise StoreUnavailable(f"{operation}: connection lost ({error})") from error
-        raise
 
 
 def _text(value: object) -> str:
@@ -440,9 +435,7 @@ class RedisStore(Store):
             await asyncio.sleep(FOLLOW_PRIMARY_SECONDS)
             try:
                 moved = await self._connector.follow()
-            except (RedisError, OSError, RuntimeError) as error:
-                if isinstance(error, RuntimeError) and not closed_transport(error):
-                    raise
+            except (RedisError, OSError) as error:
                 # No primary known (mid-failover) or no sentinel answers: the
                 # calls themselves fail as StoreUnavailable meanwhile.
                 log.debug("cannot ask the sentinels for the primary: %s", error)

@@ -41,7 +41,6 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ClusterDownError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from store.errors import closed_transport
 from store.redis_packing import packed
 
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
@@ -347,14 +346,14 @@ class BoundedCluster(RedisCluster):
         try:
             try:
                 return await super().execute_command(*args, **kwargs)
-            except (AttributeError, RuntimeError) as error:
+            except AttributeError as error:
                 if not _closed_under_us(error):
                     raise
             # As after any broken connection: sent again once (operation keys make a
             # script's resend answer its first run's outcome).
             try:
                 return await super().execute_command(*args, **kwargs)
-            except (AttributeError, RuntimeError) as error:
+            except AttributeError as error:
                 if not _closed_under_us(error):
                     raise
                 raise RedisConnectionError("connection closed while sending") from error
@@ -362,16 +361,13 @@ class BoundedCluster(RedisCluster):
             self._admitted.release()
 
 
-def _closed_under_us(error: AttributeError | RuntimeError) -> bool:
+def _closed_under_us(error: AttributeError) -> bool:
     """True for redis-py sending on a connection another task closed meanwhile.
 
     On a connection error redis-py's cluster client closes a node's idle
     connections while they stay in its free list; a call that picked one up
-    in that instant writes to a writer that is now None (or, on uvloop, to a
-    closed transport).
+    in that instant writes to a writer that is now None.
     """
-    if isinstance(error, RuntimeError):
-        return closed_transport(error)
     frames = traceback.extract_tb(error.__traceback__)
     last = frames[-1].filename if frames else ""
     return "'NoneType'" in str(error) and last.endswith(("redis/asyncio/connection.py",))

@@ -14,12 +14,12 @@ for start).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
 from gateway_server.server import build_server as build_gateway
-from jobgate import _loop as event_loop
 from jobgate.cli import SERVER_COMMANDS
 from serving import events, logs, runner
 from serving import settings as server_settings
@@ -85,7 +85,7 @@ def main(command: str, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     logs.configure(settings.log_format, settings.log_level)
     try:
-        return event_loop.run(process(command, settings).run())
+        return asyncio.run(process(command, settings).run())
     except runner.StartError as error:
         _error(command, str(error))
         return EXIT_START

@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from jobgate import _loop as event_loop
 from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError, error_from_rpc
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
@@ -468,4 +467,4 @@ def run_worker(config: WorkerConfig, handler: Handler) -> int:
             loop.add_signal_handler(signum, worker.stop)
         return await worker.run()
 
-    return event_loop.run(main())
+    return asyncio.run(main())

@@ -140,7 +140,7 @@ def test_cluster_rows_count_the_masters_owning_partitions(report: str) -> None:
 
 
 def test_floors_measure_the_grpc_echo_and_redis_py_calls(report: str) -> None:
-    for what in ("bare grpc.aio unary echo, server (uvloop)",
+    for what in ("bare grpc.aio unary echo, server (asyncio)",
                  "bare grpc.aio unary echo, client (asyncio)",
                  "redis-py EVALSHA `return 1`, client",
                  "redis-py EVALSHA, 40 keys + 20 args (a transition's shape), client"):  # fmt: skip
