@@ -23,6 +23,7 @@ from store.redis_partitioned import PartitionedRedisStore
 from store.redis_store import RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
+from tests.store.scenarios import assert_a_watch_sees_every_transition
 
 pytestmark = pytest.mark.redis
 
@@ -152,22 +153,7 @@ async def test_a_watch_on_a_gateway_store_sees_every_transition_made_by_a_worker
     make_store: MakeStore,
 ) -> None:
     gateway_side, worker_side = await make_store(), await make_store(hear_changes=False)
-    await gateway_side.submit(request())
-    job = (await gateway_side.submit(request())).job
-    stream = gateway_side.watch(TENANT, job.id)
-
-    async def step() -> Any:
-        return await asyncio.wait_for(anext(stream), 5)
-
-    assert (await step()).queue_position == 1
-    await worker_side.claim("w1", [MODEL])
-    assert (await step()).queue_position == 0
-    [leased] = await worker_side.claim("w1", [MODEL])
-    assert (await step()).status is JobStatus.PROCESSING
-    await worker_side.heartbeat(job.id, leased.lease_id, 0.5, "half")
-    assert (await step()).progress == 0.5
-    await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
-    assert (await step()).status is JobStatus.COMPLETED
+    await assert_a_watch_sees_every_transition(gateway_side, worker_side)
 
 
 @pytest.mark.usefixtures("pushed_wake_ups_only")

@@ -1,0 +1,33 @@
+"""Store scenarios run on more than one topology (one Redis, Redis Cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from store import Store
+from store.model import Job, JobSpec, JobStatus, SubmitRequest
+
+TENANT = "acme"
+MODEL = "llm-small"
+
+
+async def assert_a_watch_sees_every_transition(gateway_side: Store, worker_side: Store) -> None:
+    """A watch on `gateway_side` sees each step `worker_side` makes: moved up, claimed,
+    progress, result (each within 5 s, so by wake-ups, not the re-check)."""
+    spec = SubmitRequest(TENANT, JobSpec(MODEL, b"input"))
+    await gateway_side.submit(spec)
+    job = (await gateway_side.submit(spec)).job
+    stream = gateway_side.watch(TENANT, job.id)
+
+    async def step() -> Job:
+        return await asyncio.wait_for(anext(stream), 5)
+
+    assert (await step()).queue_position == 1
+    await worker_side.claim("w1", [MODEL])
+    assert (await step()).queue_position == 0
+    [leased] = await worker_side.claim("w1", [MODEL])
+    assert (await step()).status is JobStatus.PROCESSING
+    await worker_side.heartbeat(job.id, leased.lease_id, 0.5, "half")
+    assert (await step()).progress == 0.5
+    await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
+    assert (await step()).status is JobStatus.COMPLETED
