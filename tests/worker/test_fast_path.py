@@ -109,8 +109,15 @@ async def test_concurrent_results_share_calls(harness: Harness) -> None:
     model = unique_model()
     ids = await submit(harness, model, 40)
     target = f"127.0.0.1:{harness.worker_port}"
-    async with running_worker(target, model, noop, concurrency=8):
+    async with running_worker(target, model, noop, concurrency=8) as worker:
         await all_completed(harness, ids)
+
+        # Recorded on the server is not yet answered to the daemon: a job whose
+        # answer is still on its way would be handed back (by SetResult) at stop.
+        async def every_answer_read() -> bool:
+            return not worker._runs
+
+        await assert_eventually(every_answer_read)
     assert await handled(harness, "SetResult") == 0
     assert await handled(harness, "ReportAndClaim") < len(ids)
 
