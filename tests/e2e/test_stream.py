@@ -81,9 +81,11 @@ async def test_stream_refreshes_the_queue_position_while_queued(api: Api, model:
     call = api.stream(last.id)
     assert (await next_job(call)).queue_position == 2
 
-    await api.claim([model])
+    # Each claimed job is completed at once: a lease left to expire (2 s here)
+    # would put it back ahead of `last` while the stream settles (1 s per move).
+    await api.run_to_completion(model)
     assert (await next_job(call)).queue_position == 1
-    await api.claim([model])
+    await api.run_to_completion(model)
     assert (await next_job(call)).queue_position == 0
     call.cancel()
 
