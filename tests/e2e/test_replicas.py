@@ -108,7 +108,7 @@ async def test_stream_refreshes_queue_position_across_replicas(
     call = b.stream(behind.id)
     assert (await next_job(call)).queue_position == 1
 
-    await a.claim([model])
+    await a.run_to_completion(model)  # completed: an expiring lease cannot requeue it
 
     assert (await next_job(call)).queue_position == 0
     call.cancel()
