@@ -438,15 +438,16 @@ class Subscription:
     async def read(self, dispatch: Callable[[dict[str, Any]], None]) -> str:
         """Hand every message to `dispatch`; return why the subscription ended."""
         awaiting_pong = False
+        reader = asyncio.current_task()  # once: each lookup is a getpid syscall on 3.11
         while True:
             try:
                 message = await self.pubsub.get_message(timeout=_POLL_SECONDS)
-                _raise_if_cancelled()
+                _raise_if_cancelled(reader)
                 if message is None:
                     if awaiting_pong:
                         raise RedisConnectionError("no answer to PING on the subscription")
                     await self.pubsub.ping()
-                    _raise_if_cancelled()
+                    _raise_if_cancelled(reader)
             except (RedisError, OSError) as error:
                 # also a MOVED answering SSUBSCRIBE: the slot moved before we subscribed
                 return str(error) or type(error).__name__
@@ -488,15 +489,14 @@ class Subscription:
             self.pubsub = None
 
 
-def _raise_if_cancelled() -> None:
-    """Raise CancelledError if this task was cancelled while redis-py had it.
+def _raise_if_cancelled(task: asyncio.Task[Any] | None) -> None:
+    """Raise CancelledError if `task` (the reader) was cancelled while redis-py had it.
 
     redis-py's get_message can swallow a cancel of the task reading it: its
     read answers the cancel like its own read timeout and returns None (seen
     on uvloop on every close, possible on any loop). The reader would then
     read on forever and close() would wait for it forever.
     """
-    task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
 

@@ -22,7 +22,6 @@ import json
 import logging
 import random
 import re
-import uuid
 from collections import OrderedDict, deque
 from collections.abc import (
     AsyncIterator,
@@ -50,6 +49,7 @@ from redis.exceptions import (
 )
 from ulid import ULID
 
+from store import tokens
 from store.codes import LuaCode, error_for
 from store.errors import (
     FailureHook,
@@ -551,7 +551,7 @@ class RedisStore(Store):
 
     def _op_key(self) -> str:
         """A fresh operation key: the last KEY of a transition that must run once per call."""
-        return self.keys.op(uuid.uuid4().hex)
+        return self.keys.op(tokens.operation_id())
 
     def _common_args(self) -> list[ArgValue]:
         """ARGV[1..4] of every transition script (includes/common.lua)."""
@@ -944,7 +944,7 @@ class RedisStore(Store):
             peek,
             len(models),
             *models,
-            *(uuid.uuid4().hex for _ in range(max_jobs)),
+            *tokens.lease_ids(max_jobs),
         ]
         op_key = self._op_key()
         call = self._run_declared("claim", [], args, declared, trailing=[op_key])
@@ -1102,7 +1102,7 @@ class RedisStore(Store):
             args += [job_id, lease_id, report.status.value, report.result,
                      report.result_content_type, report.error_code, report.error_message,
                      1 if report.retryable else 0]  # fmt: skip
-        args += [*models, *(uuid.uuid4().hex for _ in range(max_jobs))]
+        args += [*models, *tokens.lease_ids(max_jobs)]
         trailing = [self._op_key(), claim_op]
         reply = await self._shielded_claim(
             claim_op,
