@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, cast
 
 import pytest
+from redis.asyncio import Redis
 
 from store import Store, StoreSettings, open_store, redis_store
 from store.model import (
@@ -53,6 +54,14 @@ def store_url(backend: str, request: pytest.FixtureRequest) -> str | None:
         return None
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
+
+
+@pytest.fixture
+async def raw(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    """A plain client of the session redis-server, to look at keys directly."""
+    client = Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
 
 
 @pytest.fixture

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from store import Store
 from store.model import Job, JobSpec, JobStatus, SubmitRequest
+from tests.helpers import assert_eventually
 
 TENANT = "acme"
 MODEL = "llm-small"
@@ -31,3 +35,20 @@ async def assert_a_watch_sees_every_transition(gateway_side: Store, worker_side:
     assert (await step()).progress == 0.5
     await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
     assert (await step()).status is JobStatus.COMPLETED
+
+
+async def assert_a_waiting_claim_is_woken(
+    waiter: Store, submit: Callable[[], Awaitable[Job]]
+) -> None:
+    """A claim waiting on `waiter` returns the job `submit` queues, within 2 s
+    (so by the notification, not the re-check)."""
+    claim = asyncio.create_task(waiter.claim("w1", [MODEL], wait=timedelta(seconds=20)))
+    await assert_eventually(
+        lambda: asyncio.sleep(0, waiter.waiting_claims(MODEL) == 1),  # type: ignore[attr-defined]
+        timeout=5,
+    )
+    started = time.monotonic()
+    job = await submit()
+    [claimed] = await asyncio.wait_for(claim, 10)
+    assert claimed.job.id == job.id
+    assert time.monotonic() - started < 2.0, "woken by the notification, not the re-check"

@@ -57,13 +57,6 @@ async def make_store(redis_server: RedisServer, partition: str) -> AsyncIterator
         await store.close()
 
 
-@pytest.fixture
-async def raw(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url)
-    yield client
-    await client.aclose()
-
-
 def heard_messages(store: RedisStore) -> list[str]:
     """Every published message `store`'s subscription reads from now on (call before open)."""
     heard: list[str] = []

@@ -70,13 +70,6 @@ async def make(redis_server: RedisServer, partition: str) -> AsyncIterator[Facto
         await store.close()
 
 
-@pytest.fixture
-async def raw(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url)
-    yield client
-    await client.aclose()
-
-
 # -- where things live -------------------------------------------------------------
 
 
