@@ -175,6 +175,7 @@ class Process:
             # Everything built so far lives as long as the process: out of the
             # collector's sight, a full collection no longer walks it. Each was
             # a 14-22 ms pause and a burst of late claims (docs/performance.md).
+            gc.collect()
             gc.freeze()
         self.started.set()
         stop_background = asyncio.Event()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import gc
 import json
 import mimetypes
 import os
@@ -510,4 +511,10 @@ def _run_worker(args: argparse.Namespace) -> int:
         claim_wait=args.claim_wait,
         progress_interval=args.progress_interval,
     )
+    # This process is the daemon's alone: what the imports and the handler's
+    # module made lives as long as it does, so a full collection need not
+    # walk it (each was a 14 ms pause and a burst of late claims:
+    # docs/performance.md, "Pauses: the garbage collector").
+    gc.collect()
+    gc.freeze()
     return worker.run_worker(config, handler)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import importlib
 import importlib.util
 import logging
@@ -485,10 +484,6 @@ def run_worker(config: WorkerConfig, handler: Handler) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, worker.stop)
-        # The imports and the handler's module live as long as the process:
-        # out of the collector's sight, a full collection no longer walks
-        # them (14 ms pauses, each a burst of late claims; docs/performance.md).
-        gc.freeze()
         return await worker.run()
 
     return asyncio.run(main())

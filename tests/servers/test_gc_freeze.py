@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jobgate.worker import _daemon
-from tests.worker.conftest import worker_config
+from jobgate import _logs, worker
+from jobgate.cli import main
 
 # A `jobgate serve` process object run as its own process (install_signals):
 # it prints how many objects the collector no longer walks once it serves.
@@ -46,14 +46,25 @@ def test_a_server_process_freezes_what_it_built_at_startup() -> None:
     assert int(done.stdout.split()[0]) > 10_000  # the imports alone are more
 
 
-def test_the_worker_daemon_freezes_its_heap_before_it_claims(
+def test_the_worker_command_freezes_its_heap_before_the_daemon_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    frozen: list[bool] = []
+    calls: list[str] = []
 
-    async def run(self: Any) -> int:
-        return 0 if frozen else 1  # exit code 0 only if the freeze came first
+    def run_worker(config: Any, handler: Any) -> int:
+        calls.append("run")
+        return 0
 
-    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
-    monkeypatch.setattr(_daemon.Worker, "run", run)
-    assert _daemon.run_worker(worker_config("127.0.0.1:1", "m"), lambda ctx: "ok") == 0
+    def collect() -> int:
+        calls.append("collect")
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(worker, "run_worker", run_worker)
+    # in-process: leave pytest's own log handlers where they are
+    monkeypatch.setattr(_logs, "configure", lambda log_format, level: None)
+    argv = ["worker", "--model", "m", "--handler", "tests.worker.handlers:echo"]
+
+    assert main(argv) == 0
+    assert calls == ["collect", "freeze", "run"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import re
+import subprocess
+import sys
 
 from store import tokens
 
@@ -13,20 +14,29 @@ def test_operation_ids_never_repeat_in_a_process() -> None:
     assert len(set(ids)) == len(ids)
 
 
-def _child_operation_id(queue: multiprocessing.Queue[str]) -> None:
-    queue.put(tokens.operation_id())
+# Forks in a fresh interpreter: this test process has threads (gRPC's, handler
+# pools) that a fork would copy half-way.
+FORK_AND_COMPARE = """
+import os
+from store import tokens
+parent = tokens.operation_id()
+read, write = os.pipe()
+if os.fork() == 0:
+    os.write(write, tokens.operation_id().encode())
+    os._exit(0)
+os.wait()
+child = os.read(read, 100).decode()
+print(parent[:16], child[:16])
+"""
 
 
 def test_a_forked_child_does_not_repeat_its_parents_operation_ids() -> None:
-    context = multiprocessing.get_context("fork")
-    queue: multiprocessing.Queue[str] = context.Queue()
-    parent_next = tokens.operation_id()
-    child = context.Process(target=_child_operation_id, args=(queue,))
-    child.start()
-    from_child = queue.get(timeout=30)
-    child.join(timeout=30)
-    # Same counter position, but the child drew a prefix of its own.
-    assert from_child[:16] != parent_next[:16]
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_AND_COMPARE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    parent_prefix, child_prefix = done.stdout.split()
+    assert child_prefix != parent_prefix  # the child drew a prefix of its own
 
 
 def test_lease_ids_are_128_random_bits_each_and_distinct() -> None:

@@ -100,17 +100,25 @@ async def test_a_result_waits_for_a_claim_a_backlog_should_answer(
 
 
 async def test_a_held_result_goes_on_its_own_once_the_claim_turns_out_a_long_poll(
-    fake: Fake,
+    fake: Fake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service, target = fake
+    # Long enough that J2 surely finishes inside the hold, even on a busy machine.
+    monkeypatch.setattr(_daemon, "REPORT_HOLD", 2.0)
     gates = Gates("J1", "J2")
-    async with two_slots(target, gates):
+    async with two_slots(target, gates) as worker:
         await second_result_pending(service, gates)
+
+        async def held() -> bool:
+            return len(worker._reports) == 1
+
+        await assert_eventually(held)  # finished inside the hold: not sent yet
 
         async def second_result_sent() -> bool:
             return results_sent(service) == ["J1", "J2"]
 
-        await assert_eventually(second_result_sent)  # while the long poll stays open
+        # the hold runs out while the long poll stays open (LONG_POLL): J2 goes alone
+        await assert_eventually(second_result_sent, timeout=10)
         assert "J2" not in carried_by_claims(service)
         assert service.calls["ReportAndClaim"] == 3  # J1+J2, J1's result (open), J2's alone
 
