@@ -15,16 +15,19 @@ TENANT = "acme"
 MODEL = "llm-small"
 
 
-async def assert_a_watch_sees_every_transition(gateway_side: Store, worker_side: Store) -> None:
+async def assert_a_watch_sees_every_transition(
+    gateway_side: Store, worker_side: Store, step_timeout: float = 5.0
+) -> None:
     """A watch on `gateway_side` sees each step `worker_side` makes: moved up, claimed,
-    progress, result (each within 5 s, so by wake-ups, not the re-check)."""
+    progress, result (each within `step_timeout`, so by wake-ups, not the re-check),
+    then ends."""
     spec = SubmitRequest(TENANT, JobSpec(MODEL, b"input"))
     await gateway_side.submit(spec)
     job = (await gateway_side.submit(spec)).job
     stream = gateway_side.watch(TENANT, job.id)
 
     async def step() -> Job:
-        return await asyncio.wait_for(anext(stream), 5)
+        return await asyncio.wait_for(anext(stream), step_timeout)
 
     assert (await step()).queue_position == 1
     await worker_side.claim("w1", [MODEL])
@@ -35,6 +38,11 @@ async def assert_a_watch_sees_every_transition(gateway_side: Store, worker_side:
     assert (await step()).progress == 0.5
     await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
     assert (await step()).status is JobStatus.COMPLETED
+    try:
+        await step()
+    except StopAsyncIteration:
+        return
+    raise AssertionError("the watch went on after the job completed")
 
 
 async def assert_a_waiting_claim_is_woken(

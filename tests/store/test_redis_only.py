@@ -31,6 +31,7 @@ from store.redis_scripts import Script
 from store.redis_store import POOL_CONNECTIONS, RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer, free_port
+from tests.store.scenarios import assert_a_watch_sees_every_transition
 
 pytestmark = pytest.mark.redis
 
@@ -642,24 +643,7 @@ async def test_a_watch_on_one_replica_follows_changes_made_on_another(
     make_store: StoreFactory,
 ) -> None:
     watcher_side, worker_side = await make_store(), await make_store()
-    await worker_side.submit(request())
-    job = (await worker_side.submit(request())).job
-    stream = watcher_side.watch(TENANT, job.id)
-
-    async def step() -> Any:
-        return await asyncio.wait_for(anext(stream), 2)
-
-    assert (await step()).queue_position == 1
-    await worker_side.claim("w1", [MODEL])
-    assert (await step()).queue_position == 0
-    leased = (await worker_side.claim("w1", [MODEL]))[0]
-    assert (await step()).status is JobStatus.PROCESSING
-    await worker_side.heartbeat(job.id, leased.lease_id, 0.5, "half")
-    assert (await step()).progress == 0.5
-    await worker_side.set_result(job.id, leased.lease_id, JobStatus.COMPLETED, b"r")
-    assert (await step()).status is JobStatus.COMPLETED
-    with pytest.raises(StopAsyncIteration):
-        await step()
+    await assert_a_watch_sees_every_transition(watcher_side, worker_side, step_timeout=2)
 
 
 @pytest.mark.usefixtures("pushed_wake_ups_only")
