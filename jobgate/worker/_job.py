@@ -102,8 +102,13 @@ def to_outcome(value: object, ctx: JobContext) -> Outcome:
     )
 
 
-async def run_in_thread(function: Handler, ctx: JobContext, threads: HandlerThreads) -> Any:
-    """Run a sync handler on a pooled daemon thread (a stuck one never blocks exit)."""
+def start_in_thread(
+    function: Handler, ctx: JobContext, threads: HandlerThreads
+) -> asyncio.Future[Any]:
+    """Hand a sync handler to a pooled daemon thread now; its value arrives in the future.
+
+    A stuck handler holds only its own thread and never blocks the process's exit.
+    """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
 
@@ -127,8 +132,20 @@ async def run_in_thread(function: Handler, ctx: JobContext, threads: HandlerThre
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle, *result)
 
-    threads.run(body)
-    value = await future
+    try:
+        threads.run(body)
+    except BaseException as error:  # no thread could start: the job's outcome
+        future.set_exception(error)
+    return future
+
+
+async def run_in_thread(function: Handler, ctx: JobContext, threads: HandlerThreads) -> Any:
+    """Run a sync handler on a pooled daemon thread and await its value."""
+    return await _settled(start_in_thread(function, ctx, threads))
+
+
+async def _settled(running: asyncio.Future[Any]) -> Any:
+    value = await running
     if inspect.isawaitable(value):  # a sync callable that returned a coroutine
         value = await value
     return value
@@ -175,6 +192,7 @@ class JobRun:
         #: Why the job must not be reported (lease lost, cancelled), once known.
         self.abandoned: str | None = None
         self._handler_task: asyncio.Task[Outcome] | None = None
+        self._started = 0.0
         self.ctx = JobContext(
             claimed.job,
             claimed.payload,
@@ -187,18 +205,32 @@ class JobRun:
         # Called from the handler's thread (or the loop): beat sooner.
         self._heartbeats.progressed(self.lease_id)
 
+    def begin(self) -> None:
+        """Hold the lease and start the handler: a sync one is on its thread on return.
+
+        The daemon calls this as the claim's answer arrives, so the handler
+        starts before the loop goes on to its next claim (on a task, it would
+        start only after that call was built and sent). `run` then awaits it.
+        """
+        if self._handler_task is not None:
+            return
+        self._started = time.monotonic()
+        self._heartbeats.hold(self, lease_length(self.claimed))
+        running = None
+        if not is_async_handler(self._handler):
+            running = start_in_thread(self._handler, self.ctx, self._threads)
+        self._handler_task = asyncio.create_task(self._invoke(running))
+
     async def run(self) -> None:
         """Run the handler while heartbeating; report the outcome unless abandoned."""
-        started = time.monotonic()
-        self._heartbeats.hold(self, lease_length(self.claimed))
-        self._handler_task = asyncio.create_task(self._invoke())
+        self.begin()
         try:
             outcome = await self._outcome()
             self._handler_finished()
             if outcome is not None and self.abandoned is None:
                 await self._set_result(outcome)
                 status = job_pb2.JobStatus.Name(outcome.status).removeprefix("JOB_STATUS_")
-                fields = {**self.log_fields, "seconds": round(time.monotonic() - started, 3)}
+                fields = {**self.log_fields, "seconds": round(time.monotonic() - self._started, 3)}
                 if outcome.error_code:
                     fields |= {
                         "error_code": outcome.error_code,
@@ -233,13 +265,14 @@ class JobRun:
                 return None  # we cancelled the async handler ourselves
             raise
 
-    async def _invoke(self) -> Outcome:
+    async def _invoke(self, running: asyncio.Future[Any] | None) -> Outcome:
+        """The handler's outcome: `running` is a sync handler's started thread, else None."""
         ctx = self.ctx
         try:
-            if is_async_handler(self._handler):
+            if running is None:
                 value = await self._handler(ctx)
             else:
-                value = await run_in_thread(self._handler, ctx, self._threads)
+                value = await _settled(running)
         except RetryableError as error:
             return Outcome.failed(error.error_code, _describe(error), retryable=True)
         except JobCancelledError:
