@@ -414,10 +414,7 @@ class Worker:
             # instead of waiting for a heartbeat that no longer names it.
             older.abandon("the job was leased again: this attempt's lease is gone")
         lease_id = claimed.lease_id
-        # The handler starts now, not after the next claim is built and sent.
-        # A bug of ours in begin() is met again by run(), where _guarded logs it.
-        with contextlib.suppress(Exception):
-            run.begin()
+        run.begin()  # the handler starts now, not after the next claim is built and sent
         task = asyncio.create_task(self._guarded(run), name=f"job-{job.id}")
         self.active[lease_id] = task
         self._runs[lease_id] = run
@@ -433,7 +430,13 @@ class Worker:
 
     def _finished(self, lease_id: str) -> None:
         self.active.pop(lease_id, None)
-        self._runs.pop(lease_id, None)
+        run = self._runs.pop(lease_id, None)
+        if run is not None and not run.entered:
+            # Cancelled before its first step (_drain yields first, so this is
+            # a backstop): its handler began all the same. No more beats; the
+            # lease runs out and the server hands the job out again.
+            run.abandon("the worker stopped before the job's task ran")
+            self._heartbeats.release(lease_id)
         self._wakeup.set()
 
     async def _until_stopping(self, waiting: Coroutine[Any, Any, Any]) -> None:
@@ -475,6 +478,10 @@ class Worker:
         force.cancel()
         if pending:
             log.warning("grace period over: handing back %d unfinished job(s)", len(pending))
+            # A job claimed in the stop's own loop turn has not stepped into
+            # JobRun.run yet, though its handler began: one turn lets it, so
+            # the cancel below reaches run()'s hand-back instead of nothing.
+            await asyncio.sleep(0)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

@@ -113,6 +113,10 @@ class Heartbeats:
         """No more beats for this lease (reported, abandoned or handed back)."""
         self._leases.pop(lease_id, None)
 
+    def held(self) -> list[str]:
+        """The lease ids kept alive now (tests, debugging)."""
+        return list(self._leases)
+
     def progressed(self, lease_id: str) -> None:
         """The handler reported progress: beat sooner. Safe from any thread."""
         lease = self._leases.get(lease_id)

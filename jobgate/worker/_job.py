@@ -193,6 +193,8 @@ class JobRun:
         self.abandoned: str | None = None
         self._handler_task: asyncio.Task[Outcome] | None = None
         self._started = 0.0
+        #: True once run() runs: a job task cancelled before its first step never does.
+        self.entered = False
         self.ctx = JobContext(
             claimed.job,
             claimed.payload,
@@ -211,20 +213,28 @@ class JobRun:
         The daemon calls this as the claim's answer arrives, so the handler
         starts before the loop goes on to its next claim (on a task, it would
         start only after that call was built and sent). `run` then awaits it.
+        A handler that cannot be started (its `__call__` cannot be looked up,
+        no thread can start) fails the job as HANDLER_ERROR, in `run`.
         """
         if self._handler_task is not None:
             return
         self._started = time.monotonic()
-        self._heartbeats.hold(self, lease_length(self.claimed))
-        running = None
-        if not is_async_handler(self._handler):
-            running = start_in_thread(self._handler, self.ctx, self._threads)
+        running: asyncio.Future[Any] | None
+        try:
+            self._heartbeats.hold(self, lease_length(self.claimed))
+            running = None
+            if not is_async_handler(self._handler):
+                running = start_in_thread(self._handler, self.ctx, self._threads)
+        except Exception as error:
+            running = asyncio.get_running_loop().create_future()
+            running.set_exception(error)
         self._handler_task = asyncio.create_task(self._invoke(running))
 
     async def run(self) -> None:
         """Run the handler while heartbeating; report the outcome unless abandoned."""
-        self.begin()
+        self.entered = True
         try:
+            self.begin()
             outcome = await self._outcome()
             self._handler_finished()
             if outcome is not None and self.abandoned is None:

@@ -35,7 +35,8 @@ class HandlerThreads:
     def run(self, work: Work) -> None:
         """Run `work` on an idle thread, or on a new one when none is idle.
 
-        `work` must not raise: it reports its own outcome (see run_in_thread).
+        `work` must not raise: it reports its own outcome (see start_in_thread).
+        If no thread can start, this raises and `work` never runs.
         """
         with self._lock:
             start = self._idle == 0
@@ -44,9 +45,17 @@ class HandlerThreads:
                 number = self._started
             else:
                 self._idle -= 1
-        self._work.put(work)
         if start:
-            threading.Thread(target=self._serve, name=f"{self._name}-{number}", daemon=True).start()
+            # Started before the work is queued: a thread that cannot start
+            # raises here with nothing left queued to run later on another.
+            try:
+                name = f"{self._name}-{number}"
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._started -= 1
+                raise
+        self._work.put(work)
 
     def _serve(self) -> None:
         while True:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from jobgate import JobClient, JobContext
 from jobgate.v1 import job_pb2
 from jobgate.worker._threads import HandlerThreads
@@ -81,3 +83,24 @@ async def test_a_worker_runs_sequential_sync_jobs_on_one_reused_thread(
             assert (await finished(client, job.id)).status == job_pb2.JOB_STATUS_COMPLETED
         assert worker.threads.size == 1
     assert len(thread_names) == 1
+
+
+def test_work_whose_thread_cannot_start_is_never_run_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads = HandlerThreads()
+    ran: list[str] = []
+
+    def cannot_start(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", cannot_start)
+        with pytest.raises(RuntimeError):
+            threads.run(lambda: ran.append("refused"))
+    assert threads.size == 0
+    go = threading.Event()
+    go.set()
+    _run_and_wait(threads, go)
+    assert ran == []  # the refused work did not ride the next thread
+    assert threads.size == 1
