@@ -89,8 +89,11 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize(context)
         validate.report_and_claim(request, self._serving.settings.max_payload_bytes)
         response = pb.ReportAndClaimResponse()
-        for beat in request.heartbeats:
-            response.heartbeats.append(await self._beat(beat))
+        # Each beat is its own store step; sent together, a worker's batch of
+        # beats costs one round trip of wall time, not one per held job.
+        response.heartbeats.extend(
+            await asyncio.gather(*(self._beat(beat) for beat in request.heartbeats))
+        )
         results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
         # The results and the claim of what is queued now share one store step.
         reported = await self._store.report_and_claim(

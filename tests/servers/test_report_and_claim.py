@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import grpc
 import pytest
@@ -183,3 +184,28 @@ async def test_a_bad_item_changes_nothing(harness: Harness) -> None:
     request = pb.ReportAndClaimRequest(worker_id="w1", results=[completed(claimed), BAD_ID])
     await fails(harness.worker.ReportAndClaim(request, timeout=5))
     assert (await get(harness, job.id)).status == job_pb2.JOB_STATUS_PROCESSING
+
+
+async def test_the_heartbeats_of_one_call_go_to_the_store_together(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        await harness.submit()
+    claimed = await harness.claim(max_jobs=3)
+    store = harness.serving.store
+    beat_once = store.heartbeat
+    started: list[str] = []
+    all_started = asyncio.Event()
+
+    async def held_until_all_started(job_id: str, *args: Any) -> Any:
+        # One after another, the first beat would wait here for the others forever.
+        started.append(job_id)
+        if len(started) == len(claimed):
+            all_started.set()
+        await asyncio.wait_for(all_started.wait(), timeout=5)
+        return await beat_once(job_id, *args)
+
+    monkeypatch.setattr(store, "heartbeat", held_until_all_started)
+    response = await exchange(harness, heartbeats=[beat(c) for c in claimed])
+    assert [a.job_id for a in response.heartbeats] == [c.job.id for c in claimed]
+    assert {a.outcome for a in response.heartbeats} == {pb.REPORT_OUTCOME_APPLIED}
