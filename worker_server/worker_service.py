@@ -103,9 +103,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             response.results.add(job_id=answer.job_id, outcome=self._answered(result, answer))
         claimed = self._hand_out(request.worker_id, reported.claimed, context)
         wait = _wait(request, context)
-        if request.max_jobs > 0 and not claimed and not request.heartbeats and wait:
+        waits = request.max_jobs > 0 and not request.heartbeats and wait
+        if waits and not claimed and not _caller_gone(context):
             # Nothing queued: long-poll as ClaimNext does (a heartbeat's answer,
-            # cancel_requested, never waits for a job).
+            # cancel_requested, never waits for a job; nor does a caller gone).
             claimed = await self._claim(
                 request.worker_id, request.models, request.max_jobs, wait, context
             )
@@ -207,9 +208,19 @@ def _claimed_by(claim: asyncio.Future[list[ClaimedJob]]) -> list[ClaimedJob]:
 
 
 def _caller_gone(context: Context) -> bool:
-    """The client cancelled, or its deadline passed: an answer would be dropped."""
+    """The client cancelled, or its deadline passed: an answer would be dropped.
+
+    grpc cancels the call's task first; context.cancelled() turns True only
+    later, so a cancel that a store answer already on its way absorbed shows
+    only as the task's pending cancellation.
+    """
+    task = asyncio.current_task()
     remaining = context.time_remaining()
-    return context.cancelled() or (remaining is not None and remaining <= 0)
+    return (
+        context.cancelled()
+        or (task is not None and task.cancelling() > 0)
+        or (remaining is not None and remaining <= 0)
+    )
 
 
 def _wait(request: pb.ClaimNextRequest | pb.ReportAndClaimRequest, context: Context) -> timedelta:

@@ -10,13 +10,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from jobgate.cli._servers import process as server_process
-from jobgate.v1 import job_service_pb2
+from jobgate.v1 import job_service_pb2, worker_service_pb2
 from serving.settings import Address, ServerSettings
 from store.memory import LocalStore
-from store.model import StoreSettings, SubmitRequest, SubmitResult
+from store.model import JobStatus, StoreSettings, SubmitRequest, SubmitResult
 from tests.helpers import assert_eventually
 from tests.servers.conftest import MakeHarness
-from tests.servers.harness import EOF, Harness, fails
+from tests.servers.harness import EOF, Harness, fails, seconds
+from tests.servers.test_report_and_claim import completed, exchange
+from tests.store.conftest import claim_is_waiting
 
 
 class GatedStore(LocalStore):
@@ -65,6 +67,31 @@ async def test_long_poll_returns_empty_when_draining(harness: Harness) -> None:
     await _drain(harness)
     assert await asyncio.wait_for(claim, 5) == []
     assert time.monotonic() - started < 2
+
+
+async def test_report_and_claim_long_poll_returns_empty_when_draining(harness: Harness) -> None:
+    call = asyncio.create_task(exchange(harness, max_jobs=1, wait=seconds(30)))
+    await claim_is_waiting(harness.serving.store, "m")
+    started = time.monotonic()
+    await _drain(harness)
+    assert list((await asyncio.wait_for(call, 5)).jobs) == []
+    assert time.monotonic() - started < 2
+
+
+async def test_report_and_claim_long_poll_ended_by_the_drain_still_applies_its_results(
+    harness: Harness,
+) -> None:
+    job = await harness.submit()
+    [claimed] = await harness.claim()
+    call = asyncio.create_task(
+        exchange(harness, results=[completed(claimed)], max_jobs=1, wait=seconds(30))
+    )
+    await claim_is_waiting(harness.serving.store, "m")
+    await _drain(harness)
+    response = await asyncio.wait_for(call, 5)
+    assert [a.outcome for a in response.results] == [worker_service_pb2.REPORT_OUTCOME_APPLIED]
+    # read from the store: a draining server refuses Get
+    assert (await harness.serving.store.get("default", job.id)).status is JobStatus.COMPLETED
 
 
 async def test_stream_ends_cleanly_when_draining(harness: Harness) -> None:
