@@ -17,6 +17,7 @@ import random
 import signal
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 
 import grpc
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from store.keys import Keys
@@ -440,6 +442,28 @@ class Rig:
         counters = {k.decode(): int(v) for k, v in live.items()}
         counters["*"] = int(total or 0)
         return counters
+
+    def worker_calls(self, method: str) -> dict[str, float]:
+        """WorkerService `method` calls the worker-servers answered, by gRPC code: their
+        grpc_server_handled_total, summed over the replicas' /metrics."""
+        counts: dict[str, float] = {}
+        for process in self.deployment.processes:
+            if process.command != "worker-server":
+                continue
+            url = f"http://{process.address('metrics')}/metrics"
+            with urllib.request.urlopen(url, timeout=CALL_TIMEOUT) as reply:
+                text = reply.read().decode()
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    labels = sample.labels
+                    if (
+                        sample.name == "grpc_server_handled_total"
+                        and labels.get("grpc_service") == "jobgate.v1.WorkerService"
+                        and labels.get("grpc_method") == method
+                    ):
+                        code = labels["grpc_code"]
+                        counts[code] = counts.get(code, 0.0) + sample.value
+        return counts
 
     async def collect(self, tenants: Mapping[str, Sequence[str]], timeout: float = 60.0) -> Ledger:
         """Drain, then gather every piece of evidence into a Ledger."""

@@ -1,5 +1,9 @@
 """Lost script replies: the connection to Redis breaks after a script ran and before
-its reply came back, over and over, while jobs flow (DESIGN: exactly once per call)."""
+its reply came back, over and over, while jobs flow (DESIGN: exactly once per call).
+
+The daemons speak the fast path (ReportAndClaim) here as in every scenario; this one
+also proves it from the worker-server's metrics, so a daemon that fell back to
+ClaimNext and SetResult cannot pass unnoticed."""
 
 from __future__ import annotations
 
@@ -48,7 +52,20 @@ async def test_lost_script_replies_mid_operation(
         await asyncio.sleep(scale(8, 120))
         proxy.every = 0
     ledger = await rig.collect({TENANT: load.ids}, timeout=scale(60, 600))
+    fast_path = rig.worker_calls("ReportAndClaim")
 
     assert proxy.dropped > 0
     assert_clean(ledger, extra=EXTRA_CHECKS)
-    figures(figures_of("lost script replies", ledger, proxy.dropped))
+    # The daemons' results, heartbeats and claims rode ReportAndClaim while the
+    # replies were lost; a daemon calls ClaimNext only once it has left the fast path.
+    assert fast_path.get("OK", 0) > 0
+    assert rig.worker_calls("ClaimNext") == {}
+    figures(
+        figures_of(
+            "lost script replies",
+            ledger,
+            proxy.dropped,
+            report_and_claim_calls=sum(fast_path.values()),
+            set_result_calls=sum(rig.worker_calls("SetResult").values()),
+        )
+    )
