@@ -11,6 +11,7 @@ import pytest
 from bench import run
 from bench.commandstats import describe, per_job
 from bench.procstat import cpu_seconds, rss_and_threads
+from bench.roundtrips import Trips
 from bench.sink import Sink
 from tests.redis_server import require_redis_server
 
@@ -31,6 +32,17 @@ def test_commands_per_job_are_the_delta_over_the_jobs() -> None:
 def test_description_gives_the_total_then_the_scripts_run() -> None:
     text = describe({"hset": 6.0, "evalsha": 3.0, "publish": 1.0})
     assert text == "10.0; evalsha 3.00; hset 6.00, publish 1.00"
+
+
+def test_round_trips_give_commands_per_call_and_per_job() -> None:
+    trips = {
+        "SetResult": Trips({"EVALSHA": 1.0}),
+        "BatchSubmit of 100": Trips({"EVALSHA": 1.0, "XREAD": 0.5}, jobs=100),
+    }
+    lines = run._trips_lines(trips)
+    assert "| RPC | commands per call | jobs per call | commands per job |" in "\n".join(lines)
+    assert "| SetResult | 1.00 | 1 | 1.000 | EVALSHA 1.00 |" in lines
+    assert "| BatchSubmit of 100 | 1.50 | 100 | 0.015 | EVALSHA 1.00, XREAD 0.50 |" in lines
 
 
 @pytest.mark.redis

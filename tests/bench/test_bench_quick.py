@@ -87,9 +87,25 @@ def test_redis_commands_per_job_cover_every_redis_run(report: str) -> None:
     assert len(re.findall(r"^\| [18] \| .* \| [\d.]+; evalsha [\d.]+;", section, re.M)) == runs
 
 
-def test_round_trips_have_every_rpc(report: str) -> None:
+def test_round_trips_have_every_rpc_at_one_job_a_call(report: str) -> None:
     for rpc in ("Submit", "Get", "ClaimNext (job waiting)", "Heartbeat", "SetResult", "Cancel"):
-        _row(report, rpc)
+        assert _row(report, rpc).split(" | ")[2] == "1", rpc
+
+
+BATCHED_TRIPS = [
+    ("ReportAndClaim (1 result + claim 1, job waiting)", 1),
+    ("ReportAndClaim (8 results + 8 heartbeats + claim 8, jobs waiting)", 8),
+    ("BatchSubmit of 100", 100),
+]
+
+
+@pytest.mark.parametrize(("rpc", "jobs"), BATCHED_TRIPS)
+def test_round_trips_cover_the_batched_rpcs_per_call_and_per_job(
+    report: str, rpc: str, jobs: int
+) -> None:
+    per_call, jobs_cell, per_job = _row(report, rpc).split(" | ")[1:4]
+    assert jobs_cell == str(jobs)
+    assert abs(float(per_call) / jobs - float(per_job)) < 0.001
 
 
 def test_depth_has_every_quick_depth_and_memory_per_job(report: str) -> None:
