@@ -29,7 +29,7 @@ from bench import servers
 from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
 from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
-from bench.e2e import Sizes, TopologyFigures, throughput_and_latency
+from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.floors import Floors
 from bench.floors import measure as measure_floors
 from bench.report import latency_cells, ms, percentile, table
@@ -88,7 +88,9 @@ def _drain_lines(figures: list[TopologyFigures]) -> list[str]:
              f"{run.rate:.0f}"] for topology in figures for run in topology.drains]  # fmt: skip
     header = ["topology", "worker concurrency", "jobs queued first", "seconds", "jobs/s"]
     return ["## 2. Prefilled drain (jobs queued, then one worker process starts; first handler "
-            "start -> last finish)", "", *table(header, rows), ""]  # fmt: skip
+            "start -> last finish)", "", *table(header, rows), "",
+            "The drains' CPU and Redis commands are the \"prefilled drain\" rows of sections "
+            "4 and 5.", ""]  # fmt: skip
 
 
 def _latency_lines(figures: list[TopologyFigures], sizes: Sizes) -> list[str]:
@@ -103,9 +105,15 @@ def _latency_lines(figures: list[TopologyFigures], sizes: Sizes) -> list[str]:
     return [title, "", *table(header, rows), ""]
 
 
+def _measured(figures: list[TopologyFigures]) -> list[Run]:
+    """Every run with figures, each topology's drains after its producer runs."""
+    return [run for topology in figures for run in [*topology.runs, *topology.drains]
+            if not run.note]  # fmt: skip
+
+
 def _cpu_lines(figures: list[TopologyFigures]) -> list[str]:
     rows = []
-    for run in (run for topology in figures for run in topology.runs if not run.note):
+    for run in _measured(figures):
         cells = [run.cpu_per_1000(name) for name in PROCESSES]
         busiest = max((value, name) for value, name in zip(cells, PROCESSES, strict=True)
                       if value is not None)  # fmt: skip
@@ -117,12 +125,14 @@ def _cpu_lines(figures: list[TopologyFigures]) -> list[str]:
             *table(header, rows), "",
             "`redis` is jobgate's Redis; the timing sink is a separate redis-server, not "
             "counted. `producer` is the producer process's own CPU from first call to last "
-            "return.", ""]  # fmt: skip
+            "return. A prefilled drain's window runs from the prefill's end to the last "
+            "completion, with no producer in it; its `worker` is the worker process's whole "
+            "life, start-up included.", ""]  # fmt: skip
 
 
 def _commands_lines(figures: list[TopologyFigures]) -> list[str]:
     rows = [[str(run.concurrency), run.mode, describe(run.commands)]
-            for topology in figures for run in topology.runs if run.commands]  # fmt: skip
+            for run in _measured(figures) if run.commands]  # fmt: skip
     return ["## 5. Redis commands per job (INFO commandstats deltas over each run)", "",
             *table(["worker concurrency", "producer", "commands per job; scripts run; largest"],
                    rows), "",

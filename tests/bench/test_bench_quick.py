@@ -77,13 +77,28 @@ def test_cpu_has_a_column_per_process_and_names_the_busiest(report: str) -> None
     assert "| producer | gateway | worker-server | serve | worker | redis | most CPU |" in section
     # 2 concurrencies x the producers (one Submit at a time, 32 in flight, BatchSubmit)
     runs = 6 if batch_submit_missing() is None else 4
-    assert section.count("| redis (no persistence) |") == runs
-    assert section.count("| embedded |") == runs
+    assert section.count("| redis (no persistence) |") == runs + 2  # and the 2 drains
+    assert section.count("| embedded |") == runs + 2
+
+
+def test_drains_have_cpu_per_process_with_the_worker_and_redis_commands(report: str) -> None:
+    cpu = report.split("## 4. ", 1)[1].split("## 5. ", 1)[0]
+    commands = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
+    number = r" [\d.]+ \|"
+    for concurrency in ("1", "8"):
+        drain = rf"\| {concurrency} \| prefilled drain of 200 \|"
+        # producer, gateway, worker-server, serve, worker, redis
+        redis_cells = rf" - \|{number}{number} - \|{number}{number}"
+        embedded_cells = rf" - \| - \| - \|{number}{number} - \|"
+        assert re.search(rf"^\| redis \(no persistence\) {drain}{redis_cells}", cpu, re.M)
+        assert re.search(rf"^\| embedded {drain}{embedded_cells}", cpu, re.M)
+        assert re.search(rf"^{drain} [\d.]+; evalsha [\d.]+;", commands, re.M)
 
 
 def test_redis_commands_per_job_cover_every_redis_run(report: str) -> None:
     section = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
     runs = 6 if batch_submit_missing() is None else 4  # with BatchSubmit rows once it exists
+    runs += 2  # the prefilled drains
     assert len(re.findall(r"^\| [18] \| .* \| [\d.]+; evalsha [\d.]+;", section, re.M)) == runs
 
 
