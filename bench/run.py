@@ -35,7 +35,7 @@ from bench.floors import measure as measure_floors
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import REPORT_BATCH, Trips, round_trips
 from bench.sink import Sink, sink
-from bench.under_load import LoadState, under_load
+from bench.under_load import IDLE, LoadState, under_load
 
 PROCESSES = ("producer", "gateway", "worker-server", "serve", "worker", "redis")
 
@@ -184,24 +184,31 @@ def _depth_lines(rows: list[DepthRow], note: str, calls: int) -> list[str]:
     return lines
 
 
+SERVER_PROCESSES = ("gateway", "worker-server", "serve")
+
+
+def _memory_cells(state: LoadState) -> list[str]:
+    """RSS MiB and threads of each server process, "-" where the topology has none."""
+    return [cell for name in SERVER_PROCESSES
+            for cell in ((f"{state.memory[name][0] / 2**20:.0f}", str(state.memory[name][1]))
+                         if name in state.memory else ("-", "-"))]  # fmt: skip
+
+
 def _load_lines(states: list[LoadState], plan: Plan) -> list[str]:
-    rows = []
-    for state in states:
-        memory = [
-            cell
-            for name in ("gateway", "worker-server")
-            for cell in (f"{state.memory[name][0] / 2**20:.0f}", str(state.memory[name][1]))
-        ]
-        rows.append([state.label, *memory, *latency_cells(state.dispatch)])  # fmt: skip
-    header = ["state", "gateway RSS MiB", "gateway threads", "worker-server RSS MiB",
-              "worker-server threads", "dispatch p50 ms", "p95 ms", "p99 ms", "max ms"]  # fmt: skip
+    rows = [[state.topology, state.label, *_memory_cells(state), *latency_cells(state.dispatch)]
+            for state in states]  # fmt: skip
+    header = ["topology", "state",
+              *(f"{name} {what}" for name in SERVER_PROCESSES for what in ("RSS MiB", "threads")),
+              "dispatch p50 ms", "p95 ms", "p99 ms", "max ms"]  # fmt: skip
+    retried = ", ".join(f"{state.topology} {state.retried_opens}" for state in states
+                        if state.label != IDLE)  # fmt: skip
     return [f"## 8. {plan.streams:,} open StreamStatus streams and {plan.pollers} long-polling "
-            "claims on one gateway / worker-server", "", *table(header, rows), "",
+            "claims on one gateway / worker-server, or one serve", "", *table(header, rows), "",
             f"Dispatch: further jobs at {plan.probe_rate:.0f}/s for {plan.probe_seconds:.0f} s "
             "to a worker process (concurrency 1), Submit call start -> handler start. The "
             "streams and polls come from one load process (bench/load.py), streams opened "
-            f"250 at a time; {states[-1].retried_opens} opening calls came back CANCELLED "
-            "without reaching the handler and were retried.", ""]  # fmt: skip
+            "250 at a time; opening calls that came back CANCELLED without reaching the "
+            f"handler and were retried: {retried}.", ""]  # fmt: skip
 
 
 def _floor_lines(floors: Floors) -> list[str]:
@@ -267,9 +274,11 @@ def _depth_section(plan: Plan, _: Sink) -> list[str]:
 
 
 def _load_section(plan: Plan, timing: Sink) -> list[str]:
-    with servers.on_redis(None) as topology:
-        states = under_load(topology, timing, plan.streams, plan.pollers,
-                            plan.probe_rate, plan.probe_seconds)  # fmt: skip
+    states = []
+    for start in (servers.embedded, lambda: servers.on_redis(None)):
+        with start() as topology:
+            states += under_load(topology, timing, plan.streams, plan.pollers,
+                                 plan.probe_rate, plan.probe_seconds)  # fmt: skip
     return _load_lines(states, plan)
 
 

@@ -14,6 +14,7 @@ from bench.e2e import Run, TopologyFigures
 from bench.procstat import cpu_seconds, rss_and_threads
 from bench.roundtrips import Trips
 from bench.sink import Sink
+from bench.under_load import LoadState
 from tests.redis_server import require_redis_server
 
 
@@ -68,6 +69,21 @@ def test_round_trips_give_commands_per_call_and_per_job() -> None:
     assert "| RPC | commands per call | jobs per call | commands per job |" in "\n".join(lines)
     assert "| SetResult | 1.00 | 1 | 1.000 | EVALSHA 1.00 |" in lines
     assert "| BatchSubmit of 100 | 1.50 | 100 | 0.015 | EVALSHA 1.00, XREAD 0.50 |" in lines
+
+
+def test_load_rows_are_labelled_by_topology_with_each_server_process_or_a_dash() -> None:
+    states = [
+        LoadState("embedded", "idle", {"serve": (50 * 2**20, 9)}, [0.001]),
+        LoadState("embedded", "100 streams + 20 long-polls", {"serve": (60 * 2**20, 9)},
+                  [0.002], retried_opens=3),
+        LoadState("redis (no persistence)", "100 streams + 20 long-polls",
+                  {"gateway": (70 * 2**20, 9), "worker-server": (55 * 2**20, 8)}, [0.003]),
+    ]  # fmt: skip
+    lines = run._load_lines(states, run.QUICK)
+    assert "| embedded | idle | - | - | - | - | 50 | 9 | 1.00 | 1.00 | 1.00 | 1.00 |" in lines
+    assert ("| redis (no persistence) | 100 streams + 20 long-polls | 70 | 9 | 55 | 8 | - | - "
+            "| 3.00 | 3.00 | 3.00 | 3.00 |") in lines  # fmt: skip
+    assert "retried: embedded 3, redis (no persistence) 0." in lines[-2]
 
 
 @pytest.mark.redis

@@ -130,9 +130,11 @@ def test_depth_has_every_quick_depth_and_memory_per_job(report: str) -> None:
         assert re.search(r"\| \d+ \| \d+ / [\d.]+ \|$", row), row
 
 
-def test_load_has_idle_and_loaded_states(report: str) -> None:
-    _row(report, "idle")
-    _row(report, "100 streams + 20 long-polls")
+def test_load_has_idle_and_loaded_states_on_each_topology(report: str) -> None:
+    for topology in TOPOLOGIES:
+        for state in ("idle", "100 streams + 20 long-polls"):
+            _row(report, topology, state)
+    assert "retried: embedded " in report and ", redis (no persistence) " in report
 
 
 def _cluster_section(report: str) -> str:
