@@ -6,7 +6,8 @@
 sizes, under two minutes); its figures mean nothing. The modules:
 bench.e2e (throughput, drain, latency, CPU, Redis commands per job),
 bench.depth (cost against queue depth, memory per job), bench.under_load
-(streams and long-polls), bench.roundtrips (MONITOR round trips per RPC),
+(streams and long-polls, on serve and on Redis), bench.roundtrips (MONITOR
+round trips per RPC, the batched ones per job too),
 bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions),
 bench.floors (a bare gRPC echo and bare redis-py calls: the floors).
 """
