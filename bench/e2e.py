@@ -2,7 +2,9 @@
 
 Throughput is jobs from the first Submit call's start to the last handler's
 finish (read from the timing sink); CPU per process comes from /proc over
-the same window; Redis commands per job from INFO commandstats deltas.
+the same window; Redis commands per job from INFO commandstats deltas. A
+prefilled drain's CPU and commands cover the prefill's end to its last
+completion.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +20,7 @@ from typing import Any
 
 from bench import servers
 from bench.commandstats import commandstats, per_job
-from bench.procstat import cpu_delta, cpu_snapshot
+from bench.procstat import cpu_delta, cpu_seconds, cpu_snapshot
 from bench.producer import payload
 from bench.servers import Topology
 from bench.sink import Completion, Sink
@@ -58,6 +61,31 @@ class Run:
 
     def cpu_per_1000(self, process: str) -> float | None:
         return self.cpu[process] / self.jobs * 1000 if process in self.cpu else None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The CPU of some processes and the Redis commands from `start` on."""
+
+    topology: Topology
+    pids: Mapping[str, int]
+    cpu: dict[str, float]
+    stats: Counter[str] | None  # INFO commandstats at the start; None without Redis
+
+    @classmethod
+    def start(cls, topology: Topology, pids: Mapping[str, int]) -> Window:
+        stats = commandstats(topology.redis) if topology.redis else None
+        return cls(topology, pids, cpu_snapshot(pids), stats)
+
+    def cpu_used(self) -> dict[str, float]:
+        """CPU seconds by process since the start."""
+        return cpu_delta(self.cpu, self.pids)
+
+    def commands_per_job(self, jobs: int) -> dict[str, float] | None:
+        """Redis commands per job since the start, or None without Redis."""
+        if self.topology.redis is None or self.stats is None:
+            return None
+        return per_job(self.stats, commandstats(self.topology.redis), jobs)
 
 
 @dataclass
@@ -109,16 +137,14 @@ def measure(
 ) -> Run:
     """Fill `run` with one producer's figures (or the reason it could not run)."""
     sink.clear()
-    cpu_before = cpu_snapshot(pids)
-    stats_before = commandstats(topology.redis) if topology.redis else None
+    window = Window.start(topology, pids)
     answer = run_producer(topology.job_target, model, jobs, **options)
     if "unavailable" in answer:
         run.note = answer["unavailable"]
         return run
     done = sink.wait_for(jobs, completion_timeout(jobs))
-    run.cpu = {**cpu_delta(cpu_before, pids), "producer": answer["cpu_seconds"]}
-    if topology.redis and stats_before is not None:
-        run.commands = per_job(stats_before, commandstats(topology.redis), jobs)
+    run.cpu = {**window.cpu_used(), "producer": answer["cpu_seconds"]}
+    run.commands = window.commands_per_job(jobs)
     run.jobs = jobs
     run.seconds = max(c.finished for c in done) - answer["first_start"]
     return run
@@ -157,13 +183,20 @@ def offered_latency(
 
 
 def drain(topology: Topology, sink: Sink, concurrency: int, jobs: int) -> Run:
-    """N jobs queued first, then one worker process starts: first start to last finish."""
+    """N jobs queued first, then one worker process starts: first start to last finish.
+
+    CPU and Redis commands cover the prefill's end to the last completion; the
+    worker's CPU is its whole life (start-up included), read before it stops.
+    """
     model = f"bench-drain-{concurrency}"
     sink.clear()
     run_producer(topology.job_target, model, jobs, inflight=32)
     run = Run(topology.name, concurrency, f"prefilled drain of {jobs}")
-    with servers.worker(topology.worker_target, model, HANDLER, concurrency, sink.env):
+    window = Window.start(topology, topology.pids)
+    with servers.worker(topology.worker_target, model, HANDLER, concurrency, sink.env) as process:
         done: list[Completion] = sink.wait_for(jobs, completion_timeout(jobs))
+        run.cpu = {**window.cpu_used(), "worker": cpu_seconds(process.pid)}
+    run.commands = window.commands_per_job(jobs)
     run.jobs = jobs
     run.seconds = max(c.finished for c in done) - min(c.started for c in done)
     return run

@@ -6,7 +6,8 @@
 sizes, under two minutes); its figures mean nothing. The modules:
 bench.e2e (throughput, drain, latency, CPU, Redis commands per job),
 bench.depth (cost against queue depth, memory per job), bench.under_load
-(streams and long-polls), bench.roundtrips (MONITOR round trips per RPC),
+(streams and long-polls, on serve and on Redis), bench.roundtrips (MONITOR
+round trips per RPC, the batched ones per job too),
 bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions),
 bench.floors (a bare gRPC echo and bare redis-py calls: the floors).
 """
@@ -29,13 +30,13 @@ from bench import servers
 from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
 from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
-from bench.e2e import Sizes, TopologyFigures, throughput_and_latency
+from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.floors import Floors
 from bench.floors import measure as measure_floors
 from bench.report import latency_cells, ms, percentile, table
-from bench.roundtrips import round_trips
+from bench.roundtrips import REPORT_BATCH, Trips, round_trips
 from bench.sink import Sink, sink
-from bench.under_load import LoadState, under_load
+from bench.under_load import IDLE, LoadState, under_load
 
 PROCESSES = ("producer", "gateway", "worker-server", "serve", "worker", "redis")
 
@@ -88,7 +89,9 @@ def _drain_lines(figures: list[TopologyFigures]) -> list[str]:
              f"{run.rate:.0f}"] for topology in figures for run in topology.drains]  # fmt: skip
     header = ["topology", "worker concurrency", "jobs queued first", "seconds", "jobs/s"]
     return ["## 2. Prefilled drain (jobs queued, then one worker process starts; first handler "
-            "start -> last finish)", "", *table(header, rows), ""]  # fmt: skip
+            "start -> last finish)", "", *table(header, rows), "",
+            "The drains' CPU and Redis commands are the \"prefilled drain\" rows of sections "
+            "4 and 5.", ""]  # fmt: skip
 
 
 def _latency_lines(figures: list[TopologyFigures], sizes: Sizes) -> list[str]:
@@ -103,9 +106,15 @@ def _latency_lines(figures: list[TopologyFigures], sizes: Sizes) -> list[str]:
     return [title, "", *table(header, rows), ""]
 
 
+def _measured(figures: list[TopologyFigures]) -> list[Run]:
+    """Every run with figures, each topology's drains after its producer runs."""
+    return [run for topology in figures for run in [*topology.runs, *topology.drains]
+            if not run.note]  # fmt: skip
+
+
 def _cpu_lines(figures: list[TopologyFigures]) -> list[str]:
     rows = []
-    for run in (run for topology in figures for run in topology.runs if not run.note):
+    for run in _measured(figures):
         cells = [run.cpu_per_1000(name) for name in PROCESSES]
         busiest = max((value, name) for value, name in zip(cells, PROCESSES, strict=True)
                       if value is not None)  # fmt: skip
@@ -117,12 +126,14 @@ def _cpu_lines(figures: list[TopologyFigures]) -> list[str]:
             *table(header, rows), "",
             "`redis` is jobgate's Redis; the timing sink is a separate redis-server, not "
             "counted. `producer` is the producer process's own CPU from first call to last "
-            "return.", ""]  # fmt: skip
+            "return. A prefilled drain's window runs from the prefill's end to the last "
+            "completion, with no producer in it; its `worker` is the worker process's whole "
+            "life, start-up included.", ""]  # fmt: skip
 
 
 def _commands_lines(figures: list[TopologyFigures]) -> list[str]:
     rows = [[str(run.concurrency), run.mode, describe(run.commands)]
-            for topology in figures for run in topology.runs if run.commands]  # fmt: skip
+            for run in _measured(figures) if run.commands]  # fmt: skip
     return ["## 5. Redis commands per job (INFO commandstats deltas over each run)", "",
             *table(["worker concurrency", "producer", "commands per job; scripts run; largest"],
                    rows), "",
@@ -132,15 +143,19 @@ def _commands_lines(figures: list[TopologyFigures]) -> list[str]:
             "included.", ""]  # fmt: skip
 
 
-def _trips_lines(trips: dict[str, dict[str, float]]) -> list[str]:
-    rows = [[name, f"{sum(per.values()):.2f}",
-             ", ".join(f"{cmd} {value:.2f}" for cmd, value in sorted(per.items()))]
-            for name, per in trips.items()]  # fmt: skip
+def _trips_lines(trips: dict[str, Trips]) -> list[str]:
+    rows = [[name, f"{row.per_call:.2f}", str(row.jobs), f"{row.per_job:.3f}",
+             ", ".join(f"{cmd} {value:.2f}" for cmd, value in sorted(row.commands.items()))]
+            for name, row in trips.items()]  # fmt: skip
+    header = ["RPC", "commands per call", "jobs per call", "commands per job",
+              "by command (per call)"]  # fmt: skip
     return ["## 6. Redis round trips per RPC (MONITOR; gateway + worker-server, AOF everysec)",
-            "", *table(["RPC", "commands per call", "by command"], rows), "",
+            "", *table(header, rows), "",
             "EVALSHA is the transition's one script. XREAD, where it shows, is the audit-log "
-            "tail of the recovery leader waking on the new event (off the RPC's path).",
-            ""]  # fmt: skip
+            "tail of the recovery leader waking on the new event (off the RPC's path). "
+            "ReportAndClaim runs as the worker daemon does: each call ends the jobs the "
+            "previous call claimed; in the batched row a job is one result, one heartbeat "
+            f"(of {REPORT_BATCH} jobs held throughout) and one claim.", ""]  # fmt: skip
 
 
 def _p50_p99(samples: list[float]) -> str:
@@ -170,24 +185,31 @@ def _depth_lines(rows: list[DepthRow], note: str, calls: int) -> list[str]:
     return lines
 
 
+SERVER_PROCESSES = ("gateway", "worker-server", "serve")
+
+
+def _memory_cells(state: LoadState) -> list[str]:
+    """RSS MiB and threads of each server process, "-" where the topology has none."""
+    return [cell for name in SERVER_PROCESSES
+            for cell in ((f"{state.memory[name][0] / 2**20:.0f}", str(state.memory[name][1]))
+                         if name in state.memory else ("-", "-"))]  # fmt: skip
+
+
 def _load_lines(states: list[LoadState], plan: Plan) -> list[str]:
-    rows = []
-    for state in states:
-        memory = [
-            cell
-            for name in ("gateway", "worker-server")
-            for cell in (f"{state.memory[name][0] / 2**20:.0f}", str(state.memory[name][1]))
-        ]
-        rows.append([state.label, *memory, *latency_cells(state.dispatch)])  # fmt: skip
-    header = ["state", "gateway RSS MiB", "gateway threads", "worker-server RSS MiB",
-              "worker-server threads", "dispatch p50 ms", "p95 ms", "p99 ms", "max ms"]  # fmt: skip
+    rows = [[state.topology, state.label, *_memory_cells(state), *latency_cells(state.dispatch)]
+            for state in states]  # fmt: skip
+    header = ["topology", "state",
+              *(f"{name} {what}" for name in SERVER_PROCESSES for what in ("RSS MiB", "threads")),
+              "dispatch p50 ms", "p95 ms", "p99 ms", "max ms"]  # fmt: skip
+    retried = ", ".join(f"{state.topology} {state.retried_opens}" for state in states
+                        if state.label != IDLE)  # fmt: skip
     return [f"## 8. {plan.streams:,} open StreamStatus streams and {plan.pollers} long-polling "
-            "claims on one gateway / worker-server", "", *table(header, rows), "",
+            "claims on one gateway / worker-server, or one serve", "", *table(header, rows), "",
             f"Dispatch: further jobs at {plan.probe_rate:.0f}/s for {plan.probe_seconds:.0f} s "
             "to a worker process (concurrency 1), Submit call start -> handler start. The "
             "streams and polls come from one load process (bench/load.py), streams opened "
-            f"250 at a time; {states[-1].retried_opens} opening calls came back CANCELLED "
-            "without reaching the handler and were retried.", ""]  # fmt: skip
+            "250 at a time; opening calls that came back CANCELLED without reaching the "
+            f"handler and were retried: {retried}.", ""]  # fmt: skip
 
 
 def _floor_lines(floors: Floors) -> list[str]:
@@ -253,9 +275,11 @@ def _depth_section(plan: Plan, _: Sink) -> list[str]:
 
 
 def _load_section(plan: Plan, timing: Sink) -> list[str]:
-    with servers.on_redis(None) as topology:
-        states = under_load(topology, timing, plan.streams, plan.pollers,
-                            plan.probe_rate, plan.probe_seconds)  # fmt: skip
+    states = []
+    for start in (servers.embedded, lambda: servers.on_redis(None)):
+        with start() as topology:
+            states += under_load(topology, timing, plan.streams, plan.pollers,
+                                 plan.probe_rate, plan.probe_seconds)  # fmt: skip
     return _load_lines(states, plan)
 
 

@@ -2,7 +2,8 @@
 
 RSS and thread counts from /proc, and the dispatch latency (Submit call start
 -> handler start) of further jobs, idle and then with bench.load holding
-its streams and polls open against the same two servers.
+its streams and polls open against the same servers: a gateway and a
+worker-server, or one `jobgate serve`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from bench.servers import Topology
 from bench.sink import Sink
 
 PROBE_MODEL = "bench-probe"
+IDLE = "idle"  # the label of the state before the load
 
 
 @dataclass(frozen=True)
 class LoadState:
+    topology: str
     label: str
     memory: dict[str, tuple[int, int]]  # process -> (RSS bytes, threads)
     dispatch: list[float]  # seconds, submit call start -> handler start
@@ -58,7 +61,7 @@ def _state(label: str, topology: Topology, sink: Sink, rate: float, seconds: flo
     watched = {name: pid for name, pid in topology.pids.items() if name != "redis"}
     memory = {name: rss_and_threads(pid) for name, pid in watched.items()}
     dispatch, _ = offered_latency(topology, sink, PROBE_MODEL, rate, seconds)
-    return LoadState(label, memory, dispatch)
+    return LoadState(topology.name, label, memory, dispatch)
 
 
 def under_load(
@@ -66,7 +69,7 @@ def under_load(
 ) -> list[LoadState]:
     """The idle state, then the loaded one."""
     with ready_worker(topology, sink, PROBE_MODEL, 1):
-        states = [_state("idle", topology, sink, rate, seconds)]
+        states = [_state(IDLE, topology, sink, rate, seconds)]
         with load_process(topology, streams, pollers) as retried:
             label = f"{streams} streams + {pollers} long-polls"
             loaded = _state(label, topology, sink, rate, seconds)

@@ -10,8 +10,11 @@ import pytest
 
 from bench import run
 from bench.commandstats import describe, per_job
+from bench.e2e import Run, TopologyFigures
 from bench.procstat import cpu_seconds, rss_and_threads
+from bench.roundtrips import Trips
 from bench.sink import Sink
+from bench.under_load import LoadState
 from tests.redis_server import require_redis_server
 
 
@@ -31,6 +34,56 @@ def test_commands_per_job_are_the_delta_over_the_jobs() -> None:
 def test_description_gives_the_total_then_the_scripts_run() -> None:
     text = describe({"hset": 6.0, "evalsha": 3.0, "publish": 1.0})
     assert text == "10.0; evalsha 3.00; hset 6.00, publish 1.00"
+
+
+def _redis_figures() -> list[TopologyFigures]:
+    topology = "redis (no persistence)"
+    produced = Run(topology, 1, "1 Submit at a time", jobs=1000, seconds=2.0,
+                   cpu={"producer": 1.0, "gateway": 2.0, "redis": 0.5},
+                   commands={"evalsha": 2.0})  # fmt: skip
+    drained = Run(topology, 8, "prefilled drain of 2000", jobs=2000, seconds=1.0,
+                  cpu={"gateway": 0.2, "worker-server": 1.0, "redis": 0.4, "worker": 3.0},
+                  commands={"evalsha": 1.5, "hset": 1.0})  # fmt: skip
+    return [TopologyFigures(runs=[produced], drains=[drained])]
+
+
+def test_drains_get_cpu_rows_after_the_producer_runs_without_a_producer_figure() -> None:
+    lines = run._cpu_lines(_redis_figures())
+    assert lines.index("| redis (no persistence) | 1 | 1 Submit at a time "
+                       "| 1.00 | 2.00 | - | - | - | 0.50 | gateway |") < lines.index(
+        "| redis (no persistence) | 8 | prefilled drain of 2000 "
+        "| - | 0.10 | 0.50 | - | 1.50 | 0.20 | worker |")  # fmt: skip
+
+
+def test_drains_get_redis_commands_per_job_rows() -> None:
+    lines = run._commands_lines(_redis_figures())
+    assert "| 8 | prefilled drain of 2000 | 2.5; evalsha 1.50; hset 1.00 |" in lines
+
+
+def test_round_trips_give_commands_per_call_and_per_job() -> None:
+    trips = {
+        "SetResult": Trips({"EVALSHA": 1.0}),
+        "BatchSubmit of 100": Trips({"EVALSHA": 1.0, "XREAD": 0.5}, jobs=100),
+    }
+    lines = run._trips_lines(trips)
+    assert "| RPC | commands per call | jobs per call | commands per job |" in "\n".join(lines)
+    assert "| SetResult | 1.00 | 1 | 1.000 | EVALSHA 1.00 |" in lines
+    assert "| BatchSubmit of 100 | 1.50 | 100 | 0.015 | EVALSHA 1.00, XREAD 0.50 |" in lines
+
+
+def test_load_rows_are_labelled_by_topology_with_each_server_process_or_a_dash() -> None:
+    states = [
+        LoadState("embedded", "idle", {"serve": (50 * 2**20, 9)}, [0.001]),
+        LoadState("embedded", "100 streams + 20 long-polls", {"serve": (60 * 2**20, 9)},
+                  [0.002], retried_opens=3),
+        LoadState("redis (no persistence)", "100 streams + 20 long-polls",
+                  {"gateway": (70 * 2**20, 9), "worker-server": (55 * 2**20, 8)}, [0.003]),
+    ]  # fmt: skip
+    lines = run._load_lines(states, run.QUICK)
+    assert "| embedded | idle | - | - | - | - | 50 | 9 | 1.00 | 1.00 | 1.00 | 1.00 |" in lines
+    assert ("| redis (no persistence) | 100 streams + 20 long-polls | 70 | 9 | 55 | 8 | - | - "
+            "| 3.00 | 3.00 | 3.00 | 3.00 |") in lines  # fmt: skip
+    assert "retried: embedded 3, redis (no persistence) 0." in lines[-2]
 
 
 @pytest.mark.redis

@@ -77,19 +77,51 @@ def test_cpu_has_a_column_per_process_and_names_the_busiest(report: str) -> None
     assert "| producer | gateway | worker-server | serve | worker | redis | most CPU |" in section
     # 2 concurrencies x the producers (one Submit at a time, 32 in flight, BatchSubmit)
     runs = 6 if batch_submit_missing() is None else 4
-    assert section.count("| redis (no persistence) |") == runs
-    assert section.count("| embedded |") == runs
+    assert section.count("| redis (no persistence) |") == runs + 2  # and the 2 drains
+    assert section.count("| embedded |") == runs + 2
+
+
+def test_drains_have_cpu_per_process_with_the_worker_and_redis_commands(report: str) -> None:
+    cpu = report.split("## 4. ", 1)[1].split("## 5. ", 1)[0]
+    commands = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
+    number = r" [\d.]+ \|"
+    for concurrency in ("1", "8"):
+        drain = rf"\| {concurrency} \| prefilled drain of 200 \|"
+        # producer, gateway, worker-server, serve, worker, redis
+        redis_cells = rf" - \|{number}{number} - \|{number}{number}"
+        embedded_cells = rf" - \| - \| - \|{number}{number} - \|"
+        assert re.search(rf"^\| redis \(no persistence\) {drain}{redis_cells}", cpu, re.M)
+        assert re.search(rf"^\| embedded {drain}{embedded_cells}", cpu, re.M)
+        assert re.search(rf"^{drain} [\d.]+; evalsha [\d.]+;", commands, re.M)
 
 
 def test_redis_commands_per_job_cover_every_redis_run(report: str) -> None:
     section = report.split("## 5. ", 1)[1].split("## 6. ", 1)[0]
     runs = 6 if batch_submit_missing() is None else 4  # with BatchSubmit rows once it exists
+    runs += 2  # the prefilled drains
     assert len(re.findall(r"^\| [18] \| .* \| [\d.]+; evalsha [\d.]+;", section, re.M)) == runs
 
 
-def test_round_trips_have_every_rpc(report: str) -> None:
+def test_round_trips_have_every_rpc_at_one_job_a_call(report: str) -> None:
     for rpc in ("Submit", "Get", "ClaimNext (job waiting)", "Heartbeat", "SetResult", "Cancel"):
-        _row(report, rpc)
+        assert _row(report, rpc).split(" | ")[2] == "1", rpc
+
+
+BATCHED_TRIPS = [
+    ("ReportAndClaim (1 result + claim 1, job waiting)", 1),
+    ("ReportAndClaim (8 results + 8 heartbeats + claim 8, jobs waiting)", 8),
+    ("BatchSubmit of 100", 100),
+]
+
+
+@pytest.mark.parametrize(("rpc", "jobs"), BATCHED_TRIPS)
+def test_round_trips_cover_the_batched_rpcs_per_call_and_per_job(
+    report: str, rpc: str, jobs: int
+) -> None:
+    per_call, jobs_cell, per_job = _row(report, rpc).split(" | ")[1:4]
+    assert jobs_cell == str(jobs)
+    # per call has 2 decimals, per job 3: they agree to the rounding
+    assert float(per_job) == pytest.approx(float(per_call) / jobs, abs=0.006)
 
 
 def test_depth_has_every_quick_depth_and_memory_per_job(report: str) -> None:
@@ -99,9 +131,11 @@ def test_depth_has_every_quick_depth_and_memory_per_job(report: str) -> None:
         assert re.search(r"\| \d+ \| \d+ / [\d.]+ \|$", row), row
 
 
-def test_load_has_idle_and_loaded_states(report: str) -> None:
-    _row(report, "idle")
-    _row(report, "100 streams + 20 long-polls")
+def test_load_has_idle_and_loaded_states_on_each_topology(report: str) -> None:
+    for topology in TOPOLOGIES:
+        for state in ("idle", "100 streams + 20 long-polls"):
+            _row(report, topology, state)
+    assert "retried: embedded " in report and ", redis (no persistence) " in report
 
 
 def _cluster_section(report: str) -> str:
