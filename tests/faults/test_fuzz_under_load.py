@@ -2,7 +2,10 @@
 
 The strategies are tests/e2e/test_fuzz.py's, with the live jobs' real ids
 mixed in, so fuzzed Heartbeats, SetResults and Cancels hit jobs that are
-running. BatchSubmit and ReportAndClaim are fuzzed too. Half the exchanges
+running. BatchSubmit and ReportAndClaim are fuzzed too. Over half the
+Submits and BatchSubmits are valid but unusual (tests/e2e/test_fuzz.py's
+valid_submits, against this rig's small CAPS; some on the daemons' model, so
+they run), so they create jobs and reuse idempotency keys. Half the exchanges
 are well-formed so they reach the store, and their results and heartbeats
 carry live leases: those of the handlers running now (read from the handler
 ledger as each example runs) and those the fuzzer's own claims were granted,
