@@ -2,7 +2,10 @@
 
 The strategies are tests/e2e/test_fuzz.py's, with the live jobs' real ids
 mixed in, so fuzzed Heartbeats, SetResults and Cancels hit jobs that are
-running. BatchSubmit and ReportAndClaim are fuzzed too. Half the exchanges
+running. BatchSubmit and ReportAndClaim are fuzzed too. Over half the
+Submits and BatchSubmits are valid but unusual (tests/e2e/test_fuzz.py's
+valid_submits, against this rig's small CAPS; some on the daemons' model, so
+they run), so they create jobs and reuse idempotency keys. Half the exchanges
 are well-formed so they reach the store, and their results and heartbeats
 carry live leases: those of the handlers running now (read from the handler
 ledger as each example runs) and those the fuzzer's own claims were granted,
@@ -66,6 +69,9 @@ FUZZ_MODEL = "ok-model"
 BAIT = 12
 #: A well-formed lease id that no attempt holds.
 STALE_LEASE = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+#: Caps small enough that valid fuzzed requests reach them cheaply (a full group,
+#: a full batch, a payload at the cap) on every run; the real jobs are far below.
+CAPS = {"max-payload-bytes": 65536, "max-group-children": 40, "max-batch-submit": 40}
 Result = worker_service_pb2.SetResultRequest
 Entry = Result | worker_service_pb2.HeartbeatRequest
 Answer = worker_service_pb2.ResultAnswer | worker_service_pb2.HeartbeatAnswer
@@ -80,8 +86,9 @@ class FuzzRun:
     """What the fuzzer did that the oracle must know of."""
 
     sent: int = 0
-    #: Jobs fuzzed Submits and BatchSubmits created (tenant FUZZER).
-    created: list[str] = field(default_factory=list)
+    #: What fuzzed Submits and BatchSubmits created (tenant FUZZER) and reused; it
+    #: checks that an idempotency key always names one job.
+    book: fuzz.KeyBook = field(default_factory=fuzz.KeyBook)
     #: (job id, lease id) of every job a fuzzed claim was granted.
     held: list[tuple[str, str]] = field(default_factory=list)
     #: Jobs a fuzzed claim leased (real ones, or ones fuzzed submits created).
@@ -200,6 +207,14 @@ def run_fuzzer(rig: Rig, real_ids: list[str], examples: int) -> FuzzRun:
     """Hypothesis over every RPC (sync, on this thread); what the fuzzer did."""
     run = FuzzRun()
     job_ids = st.one_of(fuzz.ids, st.sampled_from(real_ids))
+    # Valid requests name, now and then, the daemons' model: those jobs run for real.
+    models = fuzz.rarely(fuzz.valid_models, st.just(rig.model), one_in=4)
+    limits = (CAPS["max-payload-bytes"], CAPS["max-group-children"])
+    submits = fuzz.half_and_half(fuzz.invalid_submits, fuzz.valid_submits(models, *limits))
+    batches = fuzz.half_and_half(
+        st.builds(job_service_pb2.BatchSubmitRequest, requests=st.lists(submits, max_size=4)),
+        fuzz.valid_batches(models, *limits, CAPS["max-batch-submit"]),
+    )
     picks = st.one_of(st.none(), st.integers(0, 2**16))
     metadata = (("x-jobgate-tenant", FUZZER),)
     with (
@@ -209,15 +224,15 @@ def run_fuzzer(rig: Rig, real_ids: list[str], examples: int) -> FuzzRun:
         job_stub = job_service_pb2_grpc.JobServiceStub(jobs)
         worker_stub = worker_service_pb2_grpc.WorkerServiceStub(workers)
 
-        def submit(request: job_service_pb2.SubmitRequest) -> None:
-            response = job_stub.Submit(request, metadata=metadata, timeout=10)
-            with run.lock:
-                run.created.append(response.job.id)
+        def send_submit(
+            request: job_service_pb2.SubmitRequest,
+        ) -> Callable[[], job_service_pb2.SubmitResponse]:
+            return lambda: job_stub.Submit(request, metadata=metadata, timeout=10)
 
-        def batch_submit(request: job_service_pb2.BatchSubmitRequest) -> None:
-            response = job_stub.BatchSubmit(request, metadata=metadata, timeout=10)
-            with run.lock:
-                run.created.extend(r.job.id for r in response.responses)
+        def send_batch(
+            request: job_service_pb2.BatchSubmitRequest,
+        ) -> Callable[[], job_service_pb2.BatchSubmitResponse]:
+            return lambda: job_stub.BatchSubmit(request, metadata=metadata, timeout=10)
 
         def report_and_claim(
             request: worker_service_pb2.ReportAndClaimRequest, live: set[str]
@@ -238,8 +253,8 @@ def run_fuzzer(rig: Rig, real_ids: list[str], examples: int) -> FuzzRun:
 
         @settings(parent=fuzz.FUZZ, max_examples=examples)
         @given(
-            submit_request=fuzz.submits,
-            batch=fuzz.batches,
+            submit_request=submits,
+            batch=batches,
             job_id=job_ids,
             claim=fuzz.claims,
             heartbeat=fuzz.heartbeats,
@@ -266,8 +281,11 @@ def run_fuzzer(rig: Rig, real_ids: list[str], examples: int) -> FuzzRun:
             get = job_service_pb2.GetRequest(job_id=job_id)
             cancel = job_service_pb2.CancelRequest(job_id=job_id)
             calls: list[tuple[Callable[[], Any], Any]] = [
-                (lambda: submit(submit_request), submit_request),
-                (lambda: batch_submit(batch), batch),
+                (
+                    lambda: run.book.submit(send_submit(submit_request), submit_request),
+                    submit_request,
+                ),
+                (lambda: run.book.batch_submit(send_batch(batch), batch), batch),
                 (lambda: job_stub.Get(get, metadata=metadata, timeout=10), get),
                 (lambda: job_stub.Cancel(cancel, metadata=metadata, timeout=10), cancel),
                 (lambda: worker_stub.ClaimNext(claim, timeout=10), claim),
@@ -286,7 +304,7 @@ def run_fuzzer(rig: Rig, real_ids: list[str], examples: int) -> FuzzRun:
 async def test_fuzzer_over_every_request_while_jobs_flow(
     make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None]
 ) -> None:
-    rig = make_rig()
+    rig = make_rig(settings={name: str(value) for name, value in CAPS.items()})
     for _ in range(2):
         rig.start_worker(concurrency=4)
     # Paced below the workers' capacity (8 slots of 0.3 s), so the drain is short.
@@ -295,8 +313,9 @@ async def test_fuzzer_over_every_request_while_jobs_flow(
         real = sorted(rig.accepted)
         bait = await submit_many(rig, FUZZER, BAIT, payload(), model=FUZZ_MODEL)
         run = await asyncio.to_thread(run_fuzzer, rig, real, scale(60, 1000))
-    rig.accepted.update(run.created)
-    fuzzer_jobs = bait + run.created
+    created = run.book.created
+    rig.accepted.update(created)
+    fuzzer_jobs = bait + created
     for job_id in fuzzer_jobs:  # no daemon runs their models: leave nothing live
         await rig.cancel(FUZZER, job_id)
     # A real job a fuzzed claim still holds is requeued when its lease expires
@@ -305,6 +324,8 @@ async def test_fuzzer_over_every_request_while_jobs_flow(
 
     assert run.unfenced == []
     assert_clean(ledger)
+    # Not vacuous: fuzzed Submits and BatchSubmits did create jobs, and reuse keys.
+    assert created and run.book.reused
     touched = run.ended | run.claimed
     assert all(ledger.finals[j].status == "completed" for j in load.ids if j not in touched)
     figures(
@@ -312,7 +333,9 @@ async def test_fuzzer_over_every_request_while_jobs_flow(
             "fuzzer over every request, jobs flowing",
             ledger,
             run.sent,
-            fuzz_jobs_created=len(run.created),
+            fuzz_submits_valid=f"{run.book.valid}/{run.book.sent}",
+            fuzz_jobs_created=len(created),
+            fuzz_jobs_reused=run.book.reused,
             live_leases_sent=run.live_leases_sent,
             jobs_fuzz_claimed=len(run.claimed),
             jobs_fuzz_ended=len(run.ended),
