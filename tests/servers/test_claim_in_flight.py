@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -89,18 +90,34 @@ async def _given_back(harness: Harness, job_id: str) -> None:
     await assert_eventually(check)
 
 
+Claiming = Callable[[Harness, float], Any]
+
+
+def _claim_next(harness: Harness, timeout: float) -> Any:
+    return harness.worker.ClaimNext(_claim_request(), timeout=timeout)
+
+
+def _report_and_claim(harness: Harness, timeout: float) -> Any:
+    return harness.worker.ReportAndClaim(_report_request(), timeout=timeout)
+
+
+# Both ways to claim, with the script whose reply the proxy holds back.
+BOTH_CALLS = pytest.mark.parametrize(
+    ("claiming", "script"),
+    [(_claim_next, CLAIM), (_report_and_claim, REPORT_AND_CLAIM)],
+    ids=["ClaimNext", "ReportAndClaim"],
+)
+
+
 @pytest.mark.redis
+@BOTH_CALLS
 async def test_a_claim_cancelled_mid_flight_gives_its_job_back(
-    harness: Harness, proxy: FaultProxy
+    harness: Harness, proxy: FaultProxy, claiming: Claiming, script: bytes
 ) -> None:
     job = await harness.submit()
-    fault = proxy.delay_reply(CLAIM, 0.5)
-    call = harness.worker.ClaimNext(_claim_request(), timeout=5)
-
-    async def script_ran() -> bool:
-        return fault.hits == 1
-
-    await assert_eventually(script_ran)
+    fault = proxy.delay_reply(script, 0.5)
+    call = claiming(harness, 5)
+    await _script_ran(fault)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -110,13 +127,14 @@ async def test_a_claim_cancelled_mid_flight_gives_its_job_back(
 
 
 @pytest.mark.redis
+@BOTH_CALLS
 async def test_a_claim_answered_after_its_deadline_gives_its_job_back(
-    harness: Harness, proxy: FaultProxy
+    harness: Harness, proxy: FaultProxy, claiming: Claiming, script: bytes
 ) -> None:
     job = await harness.submit()
-    proxy.delay_reply(CLAIM, 0.8)
+    proxy.delay_reply(script, 0.8)
     with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await harness.worker.ClaimNext(_claim_request(), timeout=0.3)
+        await claiming(harness, 0.3)
     assert raised.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     await _given_back(harness, job.id)
 
@@ -135,34 +153,6 @@ async def test_a_claim_interrupted_by_the_drain_gives_its_job_back(
     await assert_eventually(script_ran)
     harness.serving.lifecycle.start_drain()
     assert await call == []
-    await _given_back(harness, job.id)
-
-
-@pytest.mark.redis
-async def test_a_report_and_claim_cancelled_mid_flight_gives_its_job_back(
-    harness: Harness, proxy: FaultProxy
-) -> None:
-    job = await harness.submit()
-    fault = proxy.delay_reply(REPORT_AND_CLAIM, 0.5)
-    call = harness.worker.ReportAndClaim(_report_request(), timeout=5)
-    await _script_ran(fault)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    await _given_back(harness, job.id)
-    [again] = await harness.claim()
-    assert (again.job.id, again.job.attempts) == (job.id, 1)
-
-
-@pytest.mark.redis
-async def test_a_report_and_claim_answered_after_its_deadline_gives_its_job_back(
-    harness: Harness, proxy: FaultProxy
-) -> None:
-    job = await harness.submit()
-    proxy.delay_reply(REPORT_AND_CLAIM, 0.8)
-    with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await harness.worker.ReportAndClaim(_report_request(), timeout=0.3)
-    assert raised.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     await _given_back(harness, job.id)
 
 
@@ -247,13 +237,14 @@ async def _local_given_back(store: LocalStore, job_id: str) -> None:
     await assert_eventually(check)
 
 
+@BOTH_CALLS
 async def test_a_claim_cancelled_as_the_store_answers_gives_its_job_back(
-    make_harness: MakeHarness,
+    make_harness: MakeHarness, claiming: Claiming, script: bytes
 ) -> None:
     store = LateAnswerStore(StoreSettings())
     harness = await make_harness(store=store)
     job = await harness.submit()
-    call = harness.worker.ClaimNext(_claim_request(), timeout=5)
+    call = claiming(harness, 5)
     await asyncio.wait_for(store.claimed.wait(), 5)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -261,41 +252,14 @@ async def test_a_claim_cancelled_as_the_store_answers_gives_its_job_back(
     await _local_given_back(store, job.id)
 
 
+@BOTH_CALLS
 async def test_a_claim_answered_after_its_deadline_on_local_store_gives_its_job_back(
-    make_harness: MakeHarness,
+    make_harness: MakeHarness, claiming: Claiming, script: bytes
 ) -> None:
     store = LateAnswerStore(StoreSettings())
     harness = await make_harness(store=store)
     job = await harness.submit()
-    call = harness.worker.ClaimNext(_claim_request(), timeout=0.5)
-    await asyncio.wait_for(store.claimed.wait(), 5)
-    with pytest.raises(grpc.aio.AioRpcError):
-        await call
-    store.answer.set()
-    await _local_given_back(store, job.id)
-
-
-async def test_a_report_and_claim_cancelled_as_the_store_answers_gives_its_job_back(
-    make_harness: MakeHarness,
-) -> None:
-    store = LateAnswerStore(StoreSettings())
-    harness = await make_harness(store=store)
-    job = await harness.submit()
-    call = harness.worker.ReportAndClaim(_report_request(), timeout=5)
-    await asyncio.wait_for(store.claimed.wait(), 5)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    await _local_given_back(store, job.id)
-
-
-async def test_a_report_and_claim_answered_after_its_deadline_on_local_store_gives_its_job_back(
-    make_harness: MakeHarness,
-) -> None:
-    store = LateAnswerStore(StoreSettings())
-    harness = await make_harness(store=store)
-    job = await harness.submit()
-    call = harness.worker.ReportAndClaim(_report_request(), timeout=0.5)
+    call = claiming(harness, 0.5)
     await asyncio.wait_for(store.claimed.wait(), 5)
     with pytest.raises(grpc.aio.AioRpcError):
         await call
