@@ -91,9 +91,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         response = pb.ReportAndClaimResponse()
         # Each beat is its own store step; sent together, a worker's batch of
         # beats costs one round trip of wall time, not one per held job.
-        response.heartbeats.extend(
-            await asyncio.gather(*(self._beat(beat) for beat in request.heartbeats))
-        )
+        if request.heartbeats:  # most calls carry none: no gather on the hot path
+            response.heartbeats.extend(
+                await asyncio.gather(*(self._beat(beat) for beat in request.heartbeats))
+            )
         results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
         # The results and the claim of what is queued now share one store step.
         reported = await self._store.report_and_claim(

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import pytest
 
-from jobgate.v1 import worker_service_pb2
+from jobgate.v1 import job_pb2, worker_service_pb2
 from serving.settings import ServerSettings
 from store import StoreSettings, open_store
 from store.memory import LocalStore
@@ -172,15 +172,23 @@ async def test_the_results_of_a_report_and_claim_cancelled_mid_flight_stay_appli
     assert await _completed(harness.serving.store, done.id)
 
 
-@pytest.mark.redis
-async def test_a_report_and_claim_long_poll_cancelled_mid_flight_gives_its_job_back(
+async def _long_poll_whose_claim_ran(
     harness: Harness, proxy: FaultProxy
-) -> None:
+) -> tuple[Any, job_pb2.Job]:
+    """A ReportAndClaim long poll woken by a new job, its claim script run, the reply held."""
     call = harness.worker.ReportAndClaim(_report_request(wait=20), timeout=30)
     await claim_is_waiting(harness.serving.store, "m")
     fault = proxy.delay_reply(CLAIM, 0.5)
     job = await harness.submit()
     await _script_ran(fault)
+    return call, job
+
+
+@pytest.mark.redis
+async def test_a_report_and_claim_long_poll_cancelled_mid_flight_gives_its_job_back(
+    harness: Harness, proxy: FaultProxy
+) -> None:
+    call, job = await _long_poll_whose_claim_ran(harness, proxy)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -191,11 +199,7 @@ async def test_a_report_and_claim_long_poll_cancelled_mid_flight_gives_its_job_b
 async def test_a_report_and_claim_long_poll_interrupted_by_the_drain_gives_its_job_back(
     harness: Harness, proxy: FaultProxy
 ) -> None:
-    call = harness.worker.ReportAndClaim(_report_request(wait=20), timeout=30)
-    await claim_is_waiting(harness.serving.store, "m")
-    fault = proxy.delay_reply(CLAIM, 0.5)
-    job = await harness.submit()
-    await _script_ran(fault)
+    call, job = await _long_poll_whose_claim_ran(harness, proxy)
     harness.serving.lifecycle.start_drain()
     assert list((await call).jobs) == []
     await _given_back(harness, job.id)

@@ -46,10 +46,16 @@ class NoThreads(HandlerThreads):
         raise RuntimeError("can't start new thread")
 
 
-def job_run(handler: Handler, stub: RecordingStub, threads: HandlerThreads) -> JobRun:
+def claimed_job() -> worker_service_pb2.ClaimedJob:
+    """Job J1 under lease L1, 30 s to run."""
     claimed = worker_service_pb2.ClaimedJob(lease_id="L1")
     claimed.job.id = "J1"
     claimed.lease_expire_time.FromNanoseconds(int((time.time() + 30) * 1e9))
+    return claimed
+
+
+def job_run(handler: Handler, stub: RecordingStub, threads: HandlerThreads) -> JobRun:
+    claimed = claimed_job()
     link = Link()
     return JobRun(
         claimed,
@@ -131,9 +137,7 @@ async def test_a_handler_that_cannot_be_started_fails_the_job_and_holds_no_lease
 def stopping_worker(handler: Handler, stub: RecordingStub) -> Worker:
     """A daemon with no grace period, given one claimed job by hand."""
     worker = Worker(WorkerConfig(models=("m",), grace_period=0.0), handler)
-    claimed = worker_service_pb2.ClaimedJob(lease_id="L1")
-    claimed.job.id = "J1"
-    claimed.lease_expire_time.FromNanoseconds(int((time.time() + 30) * 1e9))
+    claimed = claimed_job()
     worker._start(cast("worker_service_pb2_grpc.WorkerServiceAsyncStub", stub), claimed)
     return worker
 
