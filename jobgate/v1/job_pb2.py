@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14jobgate/v1/job.proto\x12\njobgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x02\n\x07JobSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12/\n\x06labels\x18\x04 \x03(\x0b\x32\x1f.jobgate.v1.JobSpec.LabelsEntry\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x30\n\rqueue_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0brun_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\tGroupSpec\x12%\n\x08\x63hildren\x18\x01 \x03(\x0b\x32\x13.jobgate.v1.JobSpec\x12\x14\n\x0cmax_parallel\x18\x02 \x01(\x05\"j\n\x0c\x43hildSummary\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x63hild_index\x18\x02 \x01(\x05\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.jobgate.v1.JobStatus\x12\x12\n\nerror_code\x18\x04 \x01(\t\"\xd5\x06\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.jobgate.v1.JobKind\x12%\n\x06status\x18\x04 \x01(\x0e\x32\x15.jobgate.v1.JobStatus\x12&\n\x08priority\x18\x05 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\r\n\x05model\x18\x06 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12+\n\x06labels\x18\x08 \x03(\x0b\x32\x1b.jobgate.v1.Job.LabelsEntry\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x0b \x01(\x05\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x0equeue_position\x18\x10 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x08progress\x18\x11 \x01(\x01\x12\r\n\x05stage\x18\x12 \x01(\t\x12\x0e\n\x06result\x18\x13 \x01(\x0c\x12\x1b\n\x13result_content_type\x18\x14 \x01(\t\x12\x12\n\nerror_code\x18\x15 \x01(\t\x12\x15\n\rerror_message\x18\x16 \x01(\t\x12\x11\n\tparent_id\x18\x17 \x01(\t\x12\x13\n\x0b\x63hild_index\x18\x18 \x01(\x05\x12\x14\n\x0cmax_parallel\x18\x19 \x01(\x05\x12*\n\x08\x63hildren\x18\x1a \x03(\x0b\x32\x18.jobgate.v1.ChildSummary\x12\x11\n\tworker_id\x18\x1b \x01(\t\x12\x18\n\x10\x63\x61ncel_requested\x18\x1c \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_queue_position*g\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x13\n\x0fPRIORITY_SYSTEM\x10\x02\x12\x12\n\x0ePRIORITY_BATCH\x10\x03*\xd1\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0fJOB_STATUS_HELD\x10\x01\x12\x15\n\x11JOB_STATUS_QUEUED\x10\x02\x12\x19\n\x15JOB_STATUS_PROCESSING\x10\x03\x12\x18\n\x14JOB_STATUS_COMPLETED\x10\x04\x12\x15\n\x11JOB_STATUS_FAILED\x10\x05\x12\x18\n\x14JOB_STATUS_CANCELLED\x10\x06\x12\x16\n\x12JOB_STATUS_PARTIAL\x10\x07*`\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0fJOB_KIND_SINGLE\x10\x01\x12\x12\n\x0eJOB_KIND_GROUP\x10\x02\x12\x12\n\x0eJOB_KIND_CHILD\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14jobgate/v1/job.proto\x12\njobgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x02\n\x07JobSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12/\n\x06labels\x18\x04 \x03(\x0b\x32\x1f.jobgate.v1.JobSpec.LabelsEntry\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x30\n\rqueue_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0brun_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04pool\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\tGroupSpec\x12%\n\x08\x63hildren\x18\x01 \x03(\x0b\x32\x13.jobgate.v1.JobSpec\x12\x14\n\x0cmax_parallel\x18\x02 \x01(\x05\"j\n\x0c\x43hildSummary\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x63hild_index\x18\x02 \x01(\x05\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.jobgate.v1.JobStatus\x12\x12\n\nerror_code\x18\x04 \x01(\t\"\xe3\x06\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.jobgate.v1.JobKind\x12%\n\x06status\x18\x04 \x01(\x0e\x32\x15.jobgate.v1.JobStatus\x12&\n\x08priority\x18\x05 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\r\n\x05model\x18\x06 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12+\n\x06labels\x18\x08 \x03(\x0b\x32\x1b.jobgate.v1.Job.LabelsEntry\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x0b \x01(\x05\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x0equeue_position\x18\x10 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x08progress\x18\x11 \x01(\x01\x12\r\n\x05stage\x18\x12 \x01(\t\x12\x0e\n\x06result\x18\x13 \x01(\x0c\x12\x1b\n\x13result_content_type\x18\x14 \x01(\t\x12\x12\n\nerror_code\x18\x15 \x01(\t\x12\x15\n\rerror_message\x18\x16 \x01(\t\x12\x11\n\tparent_id\x18\x17 \x01(\t\x12\x13\n\x0b\x63hild_index\x18\x18 \x01(\x05\x12\x14\n\x0cmax_parallel\x18\x19 \x01(\x05\x12*\n\x08\x63hildren\x18\x1a \x03(\x0b\x32\x18.jobgate.v1.ChildSummary\x12\x11\n\tworker_id\x18\x1b \x01(\t\x12\x18\n\x10\x63\x61ncel_requested\x18\x1c \x01(\x08\x12\x0c\n\x04pool\x18\x1d \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_queue_position\"~\n\x06Worker\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x32\n\x0elast_seen_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07job_ids\x18\x05 \x03(\t\"\xad\x01\n\nQueueStats\x12\r\n\x05model\x18\x01 \x01(\t\x12&\n\x08priority\x18\x02 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12\x0e\n\x06queued\x18\x04 \x01(\x03\x12\x12\n\nprocessing\x18\x05 \x01(\x03\x12\x36\n\x12oldest_queued_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*g\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x13\n\x0fPRIORITY_SYSTEM\x10\x02\x12\x12\n\x0ePRIORITY_BATCH\x10\x03*\xd1\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0fJOB_STATUS_HELD\x10\x01\x12\x15\n\x11JOB_STATUS_QUEUED\x10\x02\x12\x19\n\x15JOB_STATUS_PROCESSING\x10\x03\x12\x18\n\x14JOB_STATUS_COMPLETED\x10\x04\x12\x15\n\x11JOB_STATUS_FAILED\x10\x05\x12\x18\n\x14JOB_STATUS_CANCELLED\x10\x06\x12\x16\n\x12JOB_STATUS_PARTIAL\x10\x07*`\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0fJOB_KIND_SINGLE\x10\x01\x12\x12\n\x0eJOB_KIND_GROUP\x10\x02\x12\x12\n\x0eJOB_KIND_CHILD\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,22 +37,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBSPEC_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_JOB_LABELSENTRY']._loaded_options = None
   _globals['_JOB_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_PRIORITY']._serialized_start=1421
-  _globals['_PRIORITY']._serialized_end=1524
-  _globals['_JOBSTATUS']._serialized_start=1527
-  _globals['_JOBSTATUS']._serialized_end=1736
-  _globals['_JOBKIND']._serialized_start=1738
-  _globals['_JOBKIND']._serialized_end=1834
+  _globals['_PRIORITY']._serialized_start=1753
+  _globals['_PRIORITY']._serialized_end=1856
+  _globals['_JOBSTATUS']._serialized_start=1859
+  _globals['_JOBSTATUS']._serialized_end=2068
+  _globals['_JOBKIND']._serialized_start=2070
+  _globals['_JOBKIND']._serialized_end=2166
   _globals['_JOBSPEC']._serialized_start=102
-  _globals['_JOBSPEC']._serialized_end=381
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=336
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=381
-  _globals['_GROUPSPEC']._serialized_start=383
-  _globals['_GROUPSPEC']._serialized_end=455
-  _globals['_CHILDSUMMARY']._serialized_start=457
-  _globals['_CHILDSUMMARY']._serialized_end=563
-  _globals['_JOB']._serialized_start=566
-  _globals['_JOB']._serialized_end=1419
-  _globals['_JOB_LABELSENTRY']._serialized_start=336
-  _globals['_JOB_LABELSENTRY']._serialized_end=381
+  _globals['_JOBSPEC']._serialized_end=395
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=350
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=395
+  _globals['_GROUPSPEC']._serialized_start=397
+  _globals['_GROUPSPEC']._serialized_end=469
+  _globals['_CHILDSUMMARY']._serialized_start=471
+  _globals['_CHILDSUMMARY']._serialized_end=577
+  _globals['_JOB']._serialized_start=580
+  _globals['_JOB']._serialized_end=1447
+  _globals['_JOB_LABELSENTRY']._serialized_start=350
+  _globals['_JOB_LABELSENTRY']._serialized_end=395
+  _globals['_WORKER']._serialized_start=1449
+  _globals['_WORKER']._serialized_end=1575
+  _globals['_QUEUESTATS']._serialized_start=1578
+  _globals['_QUEUESTATS']._serialized_end=1751
 # @@protoc_insertion_point(module_scope)

@@ -173,6 +173,7 @@ class JobSpec(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     QUEUE_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """Required. Which workers may run the job: a worker claims only jobs whose
     model is in its ClaimNextRequest.models. Pattern `[a-z0-9][a-z0-9._-]{0,63}`.
@@ -186,6 +187,12 @@ class JobSpec(_message.Message):
     max_attempts: _builtins.int
     """How many attempts (claims) the job may use before it ends FAILED with
     error_code ATTEMPTS_EXHAUSTED; 0 means the server default (3); at most 100.
+    """
+    pool: _builtins.str
+    """The worker pool the job must run in, pattern `[a-z0-9][a-z0-9._-]{0,63}`;
+    empty means any pool (or, for a tenant restricted to some pools, its
+    first pool). A pool outside the tenant's allowed pools is
+    PERMISSION_DENIED (POOL_NOT_ALLOWED).
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -216,10 +223,11 @@ class JobSpec(_message.Message):
         max_attempts: _builtins.int = ...,
         queue_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
+        pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["queue_timeout", b"queue_timeout", "run_timeout", b"run_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_type", b"content_type", "labels", b"labels", "max_attempts", b"max_attempts", "model", b"model", "payload", b"payload", "queue_timeout", b"queue_timeout", "run_timeout", b"run_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_type", b"content_type", "labels", b"labels", "max_attempts", b"max_attempts", "model", b"model", "payload", b"payload", "pool", b"pool", "queue_timeout", b"queue_timeout", "run_timeout", b"run_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -350,6 +358,7 @@ class Job(_message.Message):
     CHILDREN_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The job's id: a ULID string, unique across tenants."""
     tenant: _builtins.str
@@ -402,6 +411,10 @@ class Job(_message.Message):
     """The worker that holds or last held the job."""
     cancel_requested: _builtins.bool
     """True once Cancel was called on the job while it was PROCESSING."""
+    pool: _builtins.str
+    """The pool the job is bound to: only workers serving this pool may claim
+    it. Empty: any pool.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels from the JobSpec."""
@@ -457,13 +470,106 @@ class Job(_message.Message):
         children: _abc.Iterable[Global___ChildSummary] | None = ...,
         worker_id: _builtins.str = ...,
         cancel_requested: _builtins.bool = ...,
+        pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_queue_position", b"_queue_position", "create_time", b"create_time", "end_time", b"end_time", "queue_position", b"queue_position", "start_time", b"start_time", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_position", b"_queue_position", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "child_index", b"child_index", "children", b"children", "content_type", b"content_type", "create_time", b"create_time", "end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "labels", b"labels", "max_attempts", b"max_attempts", "max_parallel", b"max_parallel", "model", b"model", "parent_id", b"parent_id", "priority", b"priority", "progress", b"progress", "queue_position", b"queue_position", "result", b"result", "result_content_type", b"result_content_type", "stage", b"stage", "start_time", b"start_time", "status", b"status", "tenant", b"tenant", "update_time", b"update_time", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_queue_position", b"_queue_position", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "child_index", b"child_index", "children", b"children", "content_type", b"content_type", "create_time", b"create_time", "end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "labels", b"labels", "max_attempts", b"max_attempts", "max_parallel", b"max_parallel", "model", b"model", "parent_id", b"parent_id", "pool", b"pool", "priority", b"priority", "progress", b"progress", "queue_position", b"queue_position", "result", b"result", "result_content_type", b"result_content_type", "stage", b"stage", "start_time", b"start_time", "status", b"status", "tenant", b"tenant", "update_time", b"update_time", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__queue_position: _TypeAlias = _typing.Literal["queue_position"]  # noqa: Y015
     _WhichOneofArgType__queue_position: _TypeAlias = _typing.Literal["_queue_position", b"_queue_position"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_position) -> _WhichOneofReturnType__queue_position | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class Worker(_message.Message):
+    """Worker is one worker daemon as the servers saw it (ListWorkers)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    MODELS_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """The worker's id, as it sends it in ClaimNextRequest.worker_id."""
+    pool: _builtins.str
+    """The pool the worker serves."""
+    @_builtins.property
+    def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The models the worker last asked to claim."""
+
+    @_builtins.property
+    def last_seen_time(self) -> _timestamp_pb2.Timestamp:
+        """When the worker last called the WorkerService (a heartbeat or result on
+        one of its leases counts).
+        """
+
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The jobs the worker holds live leases on."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        pool: _builtins.str = ...,
+        models: _abc.Iterable[_builtins.str] | None = ...,
+        last_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_seen_time", b"last_seen_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_ids", b"job_ids", "last_seen_time", b"last_seen_time", "models", b"models", "pool", b"pool", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Worker: _TypeAlias = Worker  # noqa: Y015
+
+@_typing.final
+class QueueStats(_message.Message):
+    """QueueStats counts the live jobs of one model, priority and pool
+    (ListQueues).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    QUEUED_FIELD_NUMBER: _builtins.int
+    PROCESSING_FIELD_NUMBER: _builtins.int
+    OLDEST_QUEUED_TIME_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model."""
+    priority: Global___Priority.ValueType
+    """The claim class."""
+    pool: _builtins.str
+    """The pool the jobs are bound to; empty for jobs that may run in any pool."""
+    queued: _builtins.int
+    """Jobs QUEUED (waiting for a worker)."""
+    processing: _builtins.int
+    """Jobs PROCESSING (held by a live lease)."""
+    @_builtins.property
+    def oldest_queued_time(self) -> _timestamp_pb2.Timestamp:
+        """When the longest-waiting QUEUED job became QUEUED; unset when none is."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        priority: Global___Priority.ValueType = ...,
+        pool: _builtins.str = ...,
+        queued: _builtins.int = ...,
+        processing: _builtins.int = ...,
+        oldest_queued_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_time", b"oldest_queued_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "oldest_queued_time", b"oldest_queued_time", "pool", b"pool", "priority", b"priority", "processing", b"processing", "queued", b"queued"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueStats: _TypeAlias = QueueStats  # noqa: Y015

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from jobgate.v1 import job_pb2 as jobgate_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cjobgate/v1/job_service.proto\x12\njobgate.v1\x1a\x14jobgate/v1/job.proto\"\xa4\x01\n\rSubmitRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12&\n\x08priority\x18\x02 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\"\n\x03job\x18\x03 \x01(\x0b\x32\x13.jobgate.v1.JobSpecH\x00\x12&\n\x05group\x18\x04 \x01(\x0b\x32\x15.jobgate.v1.GroupSpecH\x00\x42\x06\n\x04work\">\n\x0eSubmitResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x0e\n\x06reused\x18\x02 \x01(\x08\"A\n\x12\x42\x61tchSubmitRequest\x12+\n\x08requests\x18\x01 \x03(\x0b\x32\x19.jobgate.v1.SubmitRequest\"D\n\x13\x42\x61tchSubmitResponse\x12-\n\tresponses\x18\x01 \x03(\x0b\x32\x1a.jobgate.v1.SubmitResponse\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"+\n\x0bGetResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"%\n\x13StreamStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x14StreamStatusResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"/\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"A\n\x0e\x43\x61ncelResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x32\xeb\x02\n\nJobService\x12?\n\x06Submit\x12\x19.jobgate.v1.SubmitRequest\x1a\x1a.jobgate.v1.SubmitResponse\x12\x36\n\x03Get\x12\x16.jobgate.v1.GetRequest\x1a\x17.jobgate.v1.GetResponse\x12S\n\x0cStreamStatus\x12\x1f.jobgate.v1.StreamStatusRequest\x1a .jobgate.v1.StreamStatusResponse0\x01\x12?\n\x06\x43\x61ncel\x12\x19.jobgate.v1.CancelRequest\x1a\x1a.jobgate.v1.CancelResponse\x12N\n\x0b\x42\x61tchSubmit\x12\x1e.jobgate.v1.BatchSubmitRequest\x1a\x1f.jobgate.v1.BatchSubmitResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cjobgate/v1/job_service.proto\x12\njobgate.v1\x1a\x14jobgate/v1/job.proto\"\xa4\x01\n\rSubmitRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12&\n\x08priority\x18\x02 \x01(\x0e\x32\x14.jobgate.v1.Priority\x12\"\n\x03job\x18\x03 \x01(\x0b\x32\x13.jobgate.v1.JobSpecH\x00\x12&\n\x05group\x18\x04 \x01(\x0b\x32\x15.jobgate.v1.GroupSpecH\x00\x42\x06\n\x04work\">\n\x0eSubmitResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x0e\n\x06reused\x18\x02 \x01(\x08\"A\n\x12\x42\x61tchSubmitRequest\x12+\n\x08requests\x18\x01 \x03(\x0b\x32\x19.jobgate.v1.SubmitRequest\"D\n\x13\x42\x61tchSubmitResponse\x12-\n\tresponses\x18\x01 \x03(\x0b\x32\x1a.jobgate.v1.SubmitResponse\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"+\n\x0bGetResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"%\n\x13StreamStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"4\n\x14StreamStatusResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"/\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"A\n\x0e\x43\x61ncelResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x11\n\tcancelled\x18\x02 \x01(\x08\"H\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.jobgate.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x0fRetryJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"0\n\x10RetryJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"\x14\n\x12ListWorkersRequest\":\n\x13ListWorkersResponse\x12#\n\x07workers\x18\x01 \x03(\x0b\x32\x12.jobgate.v1.Worker\"\x13\n\x11ListQueuesRequest\"<\n\x12ListQueuesResponse\x12&\n\x06queues\x18\x01 \x03(\x0b\x32\x16.jobgate.v1.QueueStats2\x96\x05\n\nJobService\x12?\n\x06Submit\x12\x19.jobgate.v1.SubmitRequest\x1a\x1a.jobgate.v1.SubmitResponse\x12\x36\n\x03Get\x12\x16.jobgate.v1.GetRequest\x1a\x17.jobgate.v1.GetResponse\x12S\n\x0cStreamStatus\x12\x1f.jobgate.v1.StreamStatusRequest\x1a .jobgate.v1.StreamStatusResponse0\x01\x12?\n\x06\x43\x61ncel\x12\x19.jobgate.v1.CancelRequest\x1a\x1a.jobgate.v1.CancelResponse\x12N\n\x0b\x42\x61tchSubmit\x12\x1e.jobgate.v1.BatchSubmitRequest\x1a\x1f.jobgate.v1.BatchSubmitResponse\x12\x45\n\x08ListJobs\x12\x1b.jobgate.v1.ListJobsRequest\x1a\x1c.jobgate.v1.ListJobsResponse\x12\x45\n\x08RetryJob\x12\x1b.jobgate.v1.RetryJobRequest\x1a\x1c.jobgate.v1.RetryJobResponse\x12N\n\x0bListWorkers\x12\x1e.jobgate.v1.ListWorkersRequest\x1a\x1f.jobgate.v1.ListWorkersResponse\x12K\n\nListQueues\x12\x1d.jobgate.v1.ListQueuesRequest\x1a\x1e.jobgate.v1.ListQueuesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,6 +52,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CANCELREQUEST']._serialized_end=649
   _globals['_CANCELRESPONSE']._serialized_start=651
   _globals['_CANCELRESPONSE']._serialized_end=716
-  _globals['_JOBSERVICE']._serialized_start=719
-  _globals['_JOBSERVICE']._serialized_end=1082
+  _globals['_LISTJOBSREQUEST']._serialized_start=718
+  _globals['_LISTJOBSREQUEST']._serialized_end=790
+  _globals['_LISTJOBSRESPONSE']._serialized_start=792
+  _globals['_LISTJOBSRESPONSE']._serialized_end=866
+  _globals['_RETRYJOBREQUEST']._serialized_start=868
+  _globals['_RETRYJOBREQUEST']._serialized_end=901
+  _globals['_RETRYJOBRESPONSE']._serialized_start=903
+  _globals['_RETRYJOBRESPONSE']._serialized_end=951
+  _globals['_LISTWORKERSREQUEST']._serialized_start=953
+  _globals['_LISTWORKERSREQUEST']._serialized_end=973
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=975
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=1033
+  _globals['_LISTQUEUESREQUEST']._serialized_start=1035
+  _globals['_LISTQUEUESREQUEST']._serialized_end=1054
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=1056
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=1116
+  _globals['_JOBSERVICE']._serialized_start=1119
+  _globals['_JOBSERVICE']._serialized_end=1781
 # @@protoc_insertion_point(module_scope)

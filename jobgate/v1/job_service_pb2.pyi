@@ -288,3 +288,201 @@ class CancelResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelResponse: _TypeAlias = CancelResponse  # noqa: Y015
+
+@_typing.final
+class ListJobsRequest(_message.Message):
+    """ListJobsRequest is the input of ListJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """The most jobs to return: 0 means 50; above 1000 means 1000; negative is
+    INVALID_ARGUMENT. A page may hold fewer (even none) and still have a
+    next_page_token.
+    """
+    page_token: _builtins.str
+    """The next_page_token of the previous page, with the same filter; empty for
+    the first page. A token of another filter, or one that does not decode,
+    is INVALID_ARGUMENT.
+    """
+    filter: _builtins.str
+    """Comparisons joined by AND, for example
+    `status = FAILED AND create_time >= "2026-12-01T00:00:00Z"`. Fields:
+    status, kind, priority (enum value names without their prefix), model,
+    pool, parent_id, error_code, tenant (admin callers only) and
+    labels.<key>, compared with `=`; create_time compared with <, <=, > or >=
+    against an RFC 3339 string. Empty lists every job in scope.
+    """
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsRequest: _TypeAlias = ListJobsRequest  # noqa: Y015
+
+@_typing.final
+class ListJobsResponse(_message.Message):
+    """ListJobsResponse is the output of ListJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token to read the next page; empty on the last page."""
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.Job]:
+        """The jobs of this page, newest first."""
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[_job_pb2.Job] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015
+
+@_typing.final
+class RetryJobRequest(_message.Message):
+    """RetryJobRequest is the input of RetryJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """Required. The job's id (a ULID)."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryJobRequest: _TypeAlias = RetryJobRequest  # noqa: Y015
+
+@_typing.final
+class RetryJobResponse(_message.Message):
+    """RetryJobResponse is the output of RetryJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job(self) -> _job_pb2.Job:
+        """The job after the call."""
+
+    def __init__(
+        self,
+        *,
+        job: _job_pb2.Job | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryJobResponse: _TypeAlias = RetryJobResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    """ListWorkersRequest is the input of ListWorkers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    """ListWorkersResponse is the output of ListWorkers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.Worker]:
+        """The workers, most recently seen first."""
+
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[_job_pb2.Worker] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
+
+@_typing.final
+class ListQueuesRequest(_message.Message):
+    """ListQueuesRequest is the input of ListQueues."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueuesRequest: _TypeAlias = ListQueuesRequest  # noqa: Y015
+
+@_typing.final
+class ListQueuesResponse(_message.Message):
+    """ListQueuesResponse is the output of ListQueues."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.QueueStats]:
+        """One entry per model, priority and pool with queued or processing jobs."""
+
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[_job_pb2.QueueStats] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQueuesResponse: _TypeAlias = ListQueuesResponse  # noqa: Y015

@@ -68,6 +68,26 @@ class JobServiceStub:
                 request_serializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitRequest.SerializeToString,
                 response_deserializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitResponse.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/jobgate.v1.JobService/ListJobs',
+                request_serializer=jobgate_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=jobgate_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
+        self.RetryJob = channel.unary_unary(
+                '/jobgate.v1.JobService/RetryJob',
+                request_serializer=jobgate_dot_v1_dot_job__service__pb2.RetryJobRequest.SerializeToString,
+                response_deserializer=jobgate_dot_v1_dot_job__service__pb2.RetryJobResponse.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/jobgate.v1.JobService/ListWorkers',
+                request_serializer=jobgate_dot_v1_dot_job__service__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=jobgate_dot_v1_dot_job__service__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/jobgate.v1.JobService/ListQueues',
+                request_serializer=jobgate_dot_v1_dot_job__service__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=jobgate_dot_v1_dot_job__service__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -134,6 +154,45 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """ListJobs pages through the caller's jobs, newest first (create_time,
+        then id, descending), narrowed by `filter` (AIP-132, -158, -160). An
+        admin caller sees every tenant's jobs. Listed jobs carry every field but
+        `result`, `children` and `queue_position` (Get has them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryJob(self, request, context):
+        """RetryJob puts a FAILED or CANCELLED job, or every child of a FAILED,
+        PARTIAL or CANCELLED group that did not complete, back to work:
+        attempts 0, error fields and end_time cleared, queued at the back.
+        Admission caps and the tenant's current pools apply. Any other status,
+        or a group child on its own: FAILED_PRECONDITION (JOB_NOT_RETRYABLE).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """ListWorkers lists every worker that called the WorkerService in the last
+        120 seconds or holds a live lease, most recently seen first. Admin
+        callers only (PERMISSION_DENIED for clients).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """ListQueues counts queued and processing jobs per model, priority and
+        pool, one entry for each that has any. Admin callers only
+        (PERMISSION_DENIED for clients).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +220,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.BatchSubmit,
                     request_deserializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitRequest.FromString,
                     response_serializer=jobgate_dot_v1_dot_job__service__pb2.BatchSubmitResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=jobgate_dot_v1_dot_job__service__pb2.ListJobsRequest.FromString,
+                    response_serializer=jobgate_dot_v1_dot_job__service__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'RetryJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryJob,
+                    request_deserializer=jobgate_dot_v1_dot_job__service__pb2.RetryJobRequest.FromString,
+                    response_serializer=jobgate_dot_v1_dot_job__service__pb2.RetryJobResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=jobgate_dot_v1_dot_job__service__pb2.ListWorkersRequest.FromString,
+                    response_serializer=jobgate_dot_v1_dot_job__service__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=jobgate_dot_v1_dot_job__service__pb2.ListQueuesRequest.FromString,
+                    response_serializer=jobgate_dot_v1_dot_job__service__pb2.ListQueuesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +386,114 @@ class JobService:
             '/jobgate.v1.JobService/BatchSubmit',
             jobgate_dot_v1_dot_job__service__pb2.BatchSubmitRequest.SerializeToString,
             jobgate_dot_v1_dot_job__service__pb2.BatchSubmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobgate.v1.JobService/ListJobs',
+            jobgate_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
+            jobgate_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobgate.v1.JobService/RetryJob',
+            jobgate_dot_v1_dot_job__service__pb2.RetryJobRequest.SerializeToString,
+            jobgate_dot_v1_dot_job__service__pb2.RetryJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobgate.v1.JobService/ListWorkers',
+            jobgate_dot_v1_dot_job__service__pb2.ListWorkersRequest.SerializeToString,
+            jobgate_dot_v1_dot_job__service__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobgate.v1.JobService/ListQueues',
+            jobgate_dot_v1_dot_job__service__pb2.ListQueuesRequest.SerializeToString,
+            jobgate_dot_v1_dot_job__service__pb2.ListQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

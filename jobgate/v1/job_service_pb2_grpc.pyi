@@ -74,6 +74,29 @@ class JobServiceStub:
     (`requests[i]...` in its BadRequest). At most the server's
     --max-batch-submit items (default 1000).
     """
+    ListJobs: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]
+    """ListJobs pages through the caller's jobs, newest first (create_time,
+    then id, descending), narrowed by `filter` (AIP-132, -158, -160). An
+    admin caller sees every tenant's jobs. Listed jobs carry every field but
+    `result`, `children` and `queue_position` (Get has them).
+    """
+    RetryJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.RetryJobRequest, _job_service_pb2.RetryJobResponse]
+    """RetryJob puts a FAILED or CANCELLED job, or every child of a FAILED,
+    PARTIAL or CANCELLED group that did not complete, back to work:
+    attempts 0, error fields and end_time cleared, queued at the back.
+    Admission caps and the tenant's current pools apply. Any other status,
+    or a group child on its own: FAILED_PRECONDITION (JOB_NOT_RETRYABLE).
+    """
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListWorkersRequest, _job_service_pb2.ListWorkersResponse]
+    """ListWorkers lists every worker that called the WorkerService in the last
+    120 seconds or holds a live lease, most recently seen first. Admin
+    callers only (PERMISSION_DENIED for clients).
+    """
+    ListQueues: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListQueuesRequest, _job_service_pb2.ListQueuesResponse]
+    """ListQueues counts queued and processing jobs per model, priority and
+    pool, one entry for each that has any. Admin callers only
+    (PERMISSION_DENIED for clients).
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -120,6 +143,29 @@ class JobServiceAsyncStub(JobServiceStub):
     cap) nothing is created, and the error names the item
     (`requests[i]...` in its BadRequest). At most the server's
     --max-batch-submit items (default 1000).
+    """
+    ListJobs: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]  # type: ignore[assignment]
+    """ListJobs pages through the caller's jobs, newest first (create_time,
+    then id, descending), narrowed by `filter` (AIP-132, -158, -160). An
+    admin caller sees every tenant's jobs. Listed jobs carry every field but
+    `result`, `children` and `queue_position` (Get has them).
+    """
+    RetryJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.RetryJobRequest, _job_service_pb2.RetryJobResponse]  # type: ignore[assignment]
+    """RetryJob puts a FAILED or CANCELLED job, or every child of a FAILED,
+    PARTIAL or CANCELLED group that did not complete, back to work:
+    attempts 0, error fields and end_time cleared, queued at the back.
+    Admission caps and the tenant's current pools apply. Any other status,
+    or a group child on its own: FAILED_PRECONDITION (JOB_NOT_RETRYABLE).
+    """
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListWorkersRequest, _job_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """ListWorkers lists every worker that called the WorkerService in the last
+    120 seconds or holds a live lease, most recently seen first. Admin
+    callers only (PERMISSION_DENIED for clients).
+    """
+    ListQueues: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListQueuesRequest, _job_service_pb2.ListQueuesResponse]  # type: ignore[assignment]
+    """ListQueues counts queued and processing jobs per model, priority and
+    pool, one entry for each that has any. Admin callers only
+    (PERMISSION_DENIED for clients).
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -194,6 +240,53 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         cap) nothing is created, and the error names the item
         (`requests[i]...` in its BadRequest). At most the server's
         --max-batch-submit items (default 1000).
+        """
+
+    @_abc_1.abstractmethod
+    def ListJobs(
+        self,
+        request: _job_service_pb2.ListJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ListJobsResponse, _abc.Awaitable[_job_service_pb2.ListJobsResponse]]:
+        """ListJobs pages through the caller's jobs, newest first (create_time,
+        then id, descending), narrowed by `filter` (AIP-132, -158, -160). An
+        admin caller sees every tenant's jobs. Listed jobs carry every field but
+        `result`, `children` and `queue_position` (Get has them).
+        """
+
+    @_abc_1.abstractmethod
+    def RetryJob(
+        self,
+        request: _job_service_pb2.RetryJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.RetryJobResponse, _abc.Awaitable[_job_service_pb2.RetryJobResponse]]:
+        """RetryJob puts a FAILED or CANCELLED job, or every child of a FAILED,
+        PARTIAL or CANCELLED group that did not complete, back to work:
+        attempts 0, error fields and end_time cleared, queued at the back.
+        Admission caps and the tenant's current pools apply. Any other status,
+        or a group child on its own: FAILED_PRECONDITION (JOB_NOT_RETRYABLE).
+        """
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _job_service_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ListWorkersResponse, _abc.Awaitable[_job_service_pb2.ListWorkersResponse]]:
+        """ListWorkers lists every worker that called the WorkerService in the last
+        120 seconds or holds a live lease, most recently seen first. Admin
+        callers only (PERMISSION_DENIED for clients).
+        """
+
+    @_abc_1.abstractmethod
+    def ListQueues(
+        self,
+        request: _job_service_pb2.ListQueuesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ListQueuesResponse, _abc.Awaitable[_job_service_pb2.ListQueuesResponse]]:
+        """ListQueues counts queued and processing jobs per model, priority and
+        pool, one entry for each that has any. Admin callers only
+        (PERMISSION_DENIED for clients).
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -27,37 +27,37 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from jobgate.v1 import job_pb2 as jobgate_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fjobgate/v1/worker_service.proto\x12\njobgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobgate/v1/job.proto\"p\n\x10\x43laimNextRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08max_jobs\x18\x04 \x01(\x05\"\x84\x01\n\nClaimedJob\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x35\n\x11lease_expire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"9\n\x11\x43laimNextResponse\x12$\n\x04jobs\x18\x01 \x03(\x0b\x32\x16.jobgate.v1.ClaimedJob\"U\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x01\x12\r\n\x05stage\x18\x04 \x01(\t\"d\n\x11HeartbeatResponse\x12\x35\n\x11lease_expire_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"\xc6\x01\n\x10SetResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.jobgate.v1.JobStatus\x12\x0e\n\x06result\x18\x04 \x01(\x0c\x12\x1b\n\x13result_content_type\x18\x05 \x01(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12\x11\n\tretryable\x18\x08 \x01(\x08\"1\n\x11SetResultResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"\xd6\x01\n\x15ReportAndClaimRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08max_jobs\x18\x04 \x01(\x05\x12-\n\x07results\x18\x05 \x03(\x0b\x32\x1c.jobgate.v1.SetResultRequest\x12\x30\n\nheartbeats\x18\x06 \x03(\x0b\x32\x1c.jobgate.v1.HeartbeatRequest\"J\n\x0cResultAnswer\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x07outcome\x18\x02 \x01(\x0e\x32\x19.jobgate.v1.ReportOutcome\"\x9e\x01\n\x0fHeartbeatAnswer\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x07outcome\x18\x02 \x01(\x0e\x32\x19.jobgate.v1.ReportOutcome\x12\x35\n\x11lease_expire_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x04 \x01(\x08\"\x9a\x01\n\x16ReportAndClaimResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.jobgate.v1.ResultAnswer\x12/\n\nheartbeats\x18\x02 \x03(\x0b\x32\x1b.jobgate.v1.HeartbeatAnswer\x12$\n\x04jobs\x18\x03 \x03(\x0b\x32\x16.jobgate.v1.ClaimedJob*\xae\x01\n\rReportOutcome\x12\x1e\n\x1aREPORT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16REPORT_OUTCOME_APPLIED\x10\x01\x12\x1d\n\x19REPORT_OUTCOME_LEASE_LOST\x10\x02\x12 \n\x1cREPORT_OUTCOME_JOB_CANCELLED\x10\x03\x12 \n\x1cREPORT_OUTCOME_JOB_NOT_FOUND\x10\x04\x32\xc6\x02\n\rWorkerService\x12H\n\tClaimNext\x12\x1c.jobgate.v1.ClaimNextRequest\x1a\x1d.jobgate.v1.ClaimNextResponse\x12H\n\tHeartbeat\x12\x1c.jobgate.v1.HeartbeatRequest\x1a\x1d.jobgate.v1.HeartbeatResponse\x12H\n\tSetResult\x12\x1c.jobgate.v1.SetResultRequest\x1a\x1d.jobgate.v1.SetResultResponse\x12W\n\x0eReportAndClaim\x12!.jobgate.v1.ReportAndClaimRequest\x1a\".jobgate.v1.ReportAndClaimResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fjobgate/v1/worker_service.proto\x12\njobgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14jobgate/v1/job.proto\"~\n\x10\x43laimNextRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08max_jobs\x18\x04 \x01(\x05\x12\x0c\n\x04pool\x18\x05 \x01(\t\"\x84\x01\n\nClaimedJob\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x35\n\x11lease_expire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"9\n\x11\x43laimNextResponse\x12$\n\x04jobs\x18\x01 \x03(\x0b\x32\x16.jobgate.v1.ClaimedJob\"U\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x10\n\x08progress\x18\x03 \x01(\x01\x12\r\n\x05stage\x18\x04 \x01(\t\"d\n\x11HeartbeatResponse\x12\x35\n\x11lease_expire_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"\xc6\x01\n\x10SetResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12%\n\x06status\x18\x03 \x01(\x0e\x32\x15.jobgate.v1.JobStatus\x12\x0e\n\x06result\x18\x04 \x01(\x0c\x12\x1b\n\x13result_content_type\x18\x05 \x01(\t\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12\x11\n\tretryable\x18\x08 \x01(\x08\"1\n\x11SetResultResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.jobgate.v1.Job\"\xe4\x01\n\x15ReportAndClaimRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08max_jobs\x18\x04 \x01(\x05\x12-\n\x07results\x18\x05 \x03(\x0b\x32\x1c.jobgate.v1.SetResultRequest\x12\x30\n\nheartbeats\x18\x06 \x03(\x0b\x32\x1c.jobgate.v1.HeartbeatRequest\x12\x0c\n\x04pool\x18\x07 \x01(\t\"J\n\x0cResultAnswer\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x07outcome\x18\x02 \x01(\x0e\x32\x19.jobgate.v1.ReportOutcome\"\x9e\x01\n\x0fHeartbeatAnswer\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x07outcome\x18\x02 \x01(\x0e\x32\x19.jobgate.v1.ReportOutcome\x12\x35\n\x11lease_expire_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x04 \x01(\x08\"\x9a\x01\n\x16ReportAndClaimResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.jobgate.v1.ResultAnswer\x12/\n\nheartbeats\x18\x02 \x03(\x0b\x32\x1b.jobgate.v1.HeartbeatAnswer\x12$\n\x04jobs\x18\x03 \x03(\x0b\x32\x16.jobgate.v1.ClaimedJob*\xae\x01\n\rReportOutcome\x12\x1e\n\x1aREPORT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16REPORT_OUTCOME_APPLIED\x10\x01\x12\x1d\n\x19REPORT_OUTCOME_LEASE_LOST\x10\x02\x12 \n\x1cREPORT_OUTCOME_JOB_CANCELLED\x10\x03\x12 \n\x1cREPORT_OUTCOME_JOB_NOT_FOUND\x10\x04\x32\xc6\x02\n\rWorkerService\x12H\n\tClaimNext\x12\x1c.jobgate.v1.ClaimNextRequest\x1a\x1d.jobgate.v1.ClaimNextResponse\x12H\n\tHeartbeat\x12\x1c.jobgate.v1.HeartbeatRequest\x1a\x1d.jobgate.v1.HeartbeatResponse\x12H\n\tSetResult\x12\x1c.jobgate.v1.SetResultRequest\x1a\x1d.jobgate.v1.SetResultResponse\x12W\n\x0eReportAndClaim\x12!.jobgate.v1.ReportAndClaimRequest\x1a\".jobgate.v1.ReportAndClaimResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'jobgate.v1.worker_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPORTOUTCOME']._serialized_start=1495
-  _globals['_REPORTOUTCOME']._serialized_end=1669
+  _globals['_REPORTOUTCOME']._serialized_start=1523
+  _globals['_REPORTOUTCOME']._serialized_end=1697
   _globals['_CLAIMNEXTREQUEST']._serialized_start=134
-  _globals['_CLAIMNEXTREQUEST']._serialized_end=246
-  _globals['_CLAIMEDJOB']._serialized_start=249
-  _globals['_CLAIMEDJOB']._serialized_end=381
-  _globals['_CLAIMNEXTRESPONSE']._serialized_start=383
-  _globals['_CLAIMNEXTRESPONSE']._serialized_end=440
-  _globals['_HEARTBEATREQUEST']._serialized_start=442
-  _globals['_HEARTBEATREQUEST']._serialized_end=527
-  _globals['_HEARTBEATRESPONSE']._serialized_start=529
-  _globals['_HEARTBEATRESPONSE']._serialized_end=629
-  _globals['_SETRESULTREQUEST']._serialized_start=632
-  _globals['_SETRESULTREQUEST']._serialized_end=830
-  _globals['_SETRESULTRESPONSE']._serialized_start=832
-  _globals['_SETRESULTRESPONSE']._serialized_end=881
-  _globals['_REPORTANDCLAIMREQUEST']._serialized_start=884
-  _globals['_REPORTANDCLAIMREQUEST']._serialized_end=1098
-  _globals['_RESULTANSWER']._serialized_start=1100
-  _globals['_RESULTANSWER']._serialized_end=1174
-  _globals['_HEARTBEATANSWER']._serialized_start=1177
-  _globals['_HEARTBEATANSWER']._serialized_end=1335
-  _globals['_REPORTANDCLAIMRESPONSE']._serialized_start=1338
-  _globals['_REPORTANDCLAIMRESPONSE']._serialized_end=1492
-  _globals['_WORKERSERVICE']._serialized_start=1672
-  _globals['_WORKERSERVICE']._serialized_end=1998
+  _globals['_CLAIMNEXTREQUEST']._serialized_end=260
+  _globals['_CLAIMEDJOB']._serialized_start=263
+  _globals['_CLAIMEDJOB']._serialized_end=395
+  _globals['_CLAIMNEXTRESPONSE']._serialized_start=397
+  _globals['_CLAIMNEXTRESPONSE']._serialized_end=454
+  _globals['_HEARTBEATREQUEST']._serialized_start=456
+  _globals['_HEARTBEATREQUEST']._serialized_end=541
+  _globals['_HEARTBEATRESPONSE']._serialized_start=543
+  _globals['_HEARTBEATRESPONSE']._serialized_end=643
+  _globals['_SETRESULTREQUEST']._serialized_start=646
+  _globals['_SETRESULTREQUEST']._serialized_end=844
+  _globals['_SETRESULTRESPONSE']._serialized_start=846
+  _globals['_SETRESULTRESPONSE']._serialized_end=895
+  _globals['_REPORTANDCLAIMREQUEST']._serialized_start=898
+  _globals['_REPORTANDCLAIMREQUEST']._serialized_end=1126
+  _globals['_RESULTANSWER']._serialized_start=1128
+  _globals['_RESULTANSWER']._serialized_end=1202
+  _globals['_HEARTBEATANSWER']._serialized_start=1205
+  _globals['_HEARTBEATANSWER']._serialized_end=1363
+  _globals['_REPORTANDCLAIMRESPONSE']._serialized_start=1366
+  _globals['_REPORTANDCLAIMRESPONSE']._serialized_end=1520
+  _globals['_WORKERSERVICE']._serialized_start=1700
+  _globals['_WORKERSERVICE']._serialized_end=2026
 # @@protoc_insertion_point(module_scope)

@@ -78,12 +78,19 @@ class ClaimNextRequest(_message.Message):
     MODELS_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     MAX_JOBS_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Required. Names the worker in jobs and logs: 1 to 128 bytes of printable
     ASCII, unique per worker process.
     """
     max_jobs: _builtins.int
     """The most jobs to return: 0 means 1; at most 64."""
+    pool: _builtins.str
+    """The pool this worker serves; empty means its credential's pool (without
+    an auth file: `default`). A worker serving pool P receives only jobs
+    bound to P or to any pool. Another pool than the credential's is
+    PERMISSION_DENIED (POOL_NOT_ALLOWED).
+    """
     @_builtins.property
     def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Required. The models this worker can run: 1 to 32 entries, each matching
@@ -103,10 +110,11 @@ class ClaimNextRequest(_message.Message):
         models: _abc.Iterable[_builtins.str] | None = ...,
         wait: _duration_pb2.Duration | None = ...,
         max_jobs: _builtins.int = ...,
+        pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_jobs", b"max_jobs", "models", b"models", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_jobs", b"max_jobs", "models", b"models", "pool", b"pool", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -328,10 +336,13 @@ class ReportAndClaimRequest(_message.Message):
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
     HEARTBEATS_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Required. Names the worker, as in ClaimNextRequest."""
     max_jobs: _builtins.int
     """The most jobs to claim: 0 claims none (report only); at most 64."""
+    pool: _builtins.str
+    """The pool this worker serves, as in ClaimNextRequest.pool."""
     @_builtins.property
     def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The models this worker can run, as in ClaimNextRequest; required when
@@ -362,10 +373,11 @@ class ReportAndClaimRequest(_message.Message):
         max_jobs: _builtins.int = ...,
         results: _abc.Iterable[Global___SetResultRequest] | None = ...,
         heartbeats: _abc.Iterable[Global___HeartbeatRequest] | None = ...,
+        pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeats", b"heartbeats", "max_jobs", b"max_jobs", "models", b"models", "results", b"results", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeats", b"heartbeats", "max_jobs", b"max_jobs", "models", b"models", "pool", b"pool", "results", b"results", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

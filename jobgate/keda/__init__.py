@@ -1,0 +1,1 @@
+"""KEDA's external scaler stubs (generated from proto/jobgate/keda/), served by the gateway."""
