@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import grpc.aio
 
 from gateway_server import convert, validate
@@ -113,6 +114,23 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         for child in children:
             if child.status is JobStatus.CANCELLED and child.end_time == job.end_time:
                 metrics.finished(child)
+
+    # Not built yet: these answer UNIMPLEMENTED until their issues land.
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobs is not available yet")
+
+    async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "RetryJob is not available yet")
+
+    async def ListWorkers(
+        self, request: pb.ListWorkersRequest, context: Context
+    ) -> pb.ListWorkersResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListWorkers is not available yet")
+
+    async def ListQueues(
+        self, request: pb.ListQueuesRequest, context: Context
+    ) -> pb.ListQueuesResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListQueues is not available yet")
 
 
 async def _next(snapshots: AsyncIterator[Job]) -> Job | None:
