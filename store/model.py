@@ -115,6 +115,9 @@ class JobSpec:
     max_attempts: int = 0
     queue_timeout: timedelta | None = None
     run_timeout: timedelta | None = None
+    #: The pool the job is bound to ("" = any pool), resolved by the gateway
+    #: from JobSpec.pool and the tenant's allowed pools.
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,7 @@ class Job:
     cancel_requested: bool = False
     queue_timeout: timedelta = timedelta(0)
     run_timeout: timedelta = timedelta(0)
+    pool: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -289,3 +293,89 @@ class JobEvent:
     worker_id: str
     error_code: str
     time: datetime
+
+
+# -- ListJobs ----------------------------------------------------------------
+
+#: The fields a ListJobs filter may compare; "labels.<key>" besides these.
+FILTER_FIELDS = (
+    "status",
+    "kind",
+    "priority",
+    "model",
+    "pool",
+    "parent_id",
+    "error_code",
+    "tenant",
+    "create_time",
+)
+#: Comparison operators; every field but create_time takes "=" only.
+FILTER_OPERATORS = ("=", "<", "<=", ">", ">=")
+
+FilterValue = str | JobStatus | JobKind | Priority | datetime
+
+
+@dataclass(frozen=True)
+class FilterTerm:
+    """One comparison of a ListJobs filter: `field op value`.
+
+    `field` is one of FILTER_FIELDS or "labels.<key>"; `value` is typed by
+    field: JobStatus for status, JobKind for kind, Priority for priority,
+    an aware datetime for create_time, str for the rest.
+    """
+
+    field: str
+    op: str
+    value: FilterValue
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """A parsed ListJobs filter: every term must hold (AND), in the order written.
+
+    The store lets the first term it holds an index for drive the walk and
+    checks the others per job.
+    """
+
+    terms: tuple[FilterTerm, ...] = ()
+
+
+@dataclass(frozen=True)
+class ListCursor:
+    """Where a ListJobs walk stopped: the last job listed (newest first)."""
+
+    create_time: datetime
+    job_id: str
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job]
+    #: None on the last page.
+    next: ListCursor | None
+
+
+# -- the fleet ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as ListWorkers shows it."""
+
+    worker_id: str
+    pool: str
+    models: tuple[str, ...]
+    last_seen_time: datetime
+    job_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Live jobs of one (model, priority, pool) as ListQueues shows them."""
+
+    model: str
+    priority: Priority
+    pool: str
+    queued: int
+    processing: int
+    oldest_queued_time: datetime | None = None
