@@ -26,8 +26,10 @@ from jobgate.v1 import (
     worker_service_pb2_grpc,
 )
 from store.model import JobSpec, StoreSettings, SubmitRequest
-from store.redis_scripts import ArgValue, read_script
-from store.redis_store import RedisStore, _spec_declared
+from store.redis import RedisStore
+from store.redis.calls import ScriptCall
+from store.redis.partition import _spec_declared
+from store.redis.scripts import ArgValue, read_script
 
 MODEL = "bench-depth"
 PAYLOAD = b"x" * 1024
@@ -68,18 +70,19 @@ class BulkFiller:
         self.fingerprint = self.request.fingerprint()
 
     async def _pipeline(self, count: int) -> None:
-        store, settings = self.store, self.store.settings
+        part, settings = self.store.engine.owner, self.store.settings
         head: list[ArgValue] = [TENANT, self.fingerprint, settings.max_live_per_tenant,
                 settings.max_live_total, settings.max_group_children]  # fmt: skip
         pipe = self.client.pipeline(transaction=False)
         for _ in range(count):
-            spec, payloads = store._spec(self.request)  # a fresh id per job, as submit()
+            spec, payloads = part._spec(self.request)  # a fresh id per job, as submit()
             # Every transition's last KEY is its own operation key (exactly once per
             # call); the job's id and model are declared (store/lua/includes/declared.lua).
-            call_keys, args = store._declared_call(
-                [], [*head, json.dumps(spec), 0, *payloads], _spec_declared(spec),
-                [store._op_key()],
+            call = ScriptCall(
+                "submit", [*head, json.dumps(spec), 0, *payloads], _spec_declared(spec),
+                trailing=[part._op_key()],
             )  # fmt: skip
+            call_keys, args = call.keys_and_args(part.keys, part._common_args())
             pipe.evalsha(self.sha, len(call_keys), *call_keys, *args)
         replies = await pipe.execute()
         refused = [reply for reply in replies if not (isinstance(reply, list) and reply[0] == 1)]

@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 from redis.asyncio import Redis
 
-from store.redis_packing import PackedConnection
+from store.redis.packing import PackedConnection
 from tests.redis_server import RedisServer
 
 _METHOD = "/bench.Echo/Echo"

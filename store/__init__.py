@@ -47,11 +47,11 @@ def open_store(
 ) -> Store:
     """The store for a URL: None or "memory://" is LocalStore, any Redis URL is RedisStore.
 
-    Redis URLs (store/redis_urls.py): redis://, rediss:// (TLS), unix:// and
-    redis+sentinel://HOST:PORT[,HOST:PORT...]/<master>[/db]. A malformed or
-    unsupported URL raises ValueError (BadRedisUrl) naming what is wrong.
-    `partitions` (--redis-partitions) spreads a Redis deployment over that
-    many hash tags (store/redis_partitioned.py); 1 is one RedisStore.
+    Redis URLs (store/redis/urls.py): redis://, rediss:// (TLS), unix://,
+    redis+sentinel://HOST:PORT[,HOST:PORT...]/<master>[/db] and
+    redis+cluster://. A malformed or unsupported URL raises ValueError
+    (BadRedisUrl) naming what is wrong. `partitions` (--redis-partitions)
+    spreads a Redis deployment over that many hash tags (store/redis/engine.py).
     `hear_ready` / `hear_changes`: which notification channels a Redis
     store subscribes to (RedisStore; a server leaves out what none of its
     calls wait for).
@@ -62,10 +62,6 @@ def open_store(
         from store.memory import LocalStore
 
         return LocalStore(settings)
-    if partitions != 1:
-        from store.redis_partitioned import PartitionedRedisStore
+    from store.redis import RedisStore
 
-        return PartitionedRedisStore(url, settings, partition, partitions, hear_ready, hear_changes)
-    from store.redis_store import RedisStore
-
-    return RedisStore(url, settings, partition, hear_ready, hear_changes)
+    return RedisStore(url, settings, partition, partitions, hear_ready, hear_changes)

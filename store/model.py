@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 
+from store.errors import InvalidRequest
+
 
 class JobStatus(StrEnum):
     HELD = "held"
@@ -245,6 +247,10 @@ class ResultReport:
     error_code: str = ""
     error_message: str = ""
     retryable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in (JobStatus.COMPLETED, JobStatus.FAILED):
+            raise InvalidRequest("status", "must be COMPLETED or FAILED")
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: 
         ("gateway_server.job_service", "serving.context"),
         ("serving.metrics", "store.model"),
         ("serving.logs", "jobgate._logs"),
-        ("store.redis_store", "redis"),
+        ("store.redis.connection", "redis"),
         ("jobgate.worker._context", "jobgate.v1.limits"),
     ],
 )

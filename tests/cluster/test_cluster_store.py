@@ -32,16 +32,18 @@ from store import (
     StoreSettings,
     StoreUnavailable,
     open_store,
-    redis_store,
 )
 from store.errors import StoreError
 from store.keys import Keys
 from store.model import Job, JobSpec, SubmitRequest
-from store.redis_packing import HiredisPacking
-from store.redis_partitioned import PartitionedRedisStore
-from store.redis_scripts import read_script, script_names
-from store.redis_store import POOL_CONNECTIONS, RedisStore, _translated
-from store.redis_urls import BoundedCluster, Connector
+from store.redis import RedisStore
+from store.redis import engine as redis_engine
+from store.redis.connection import POOL_CONNECTIONS
+from store.redis.connection import translated as _translated
+from store.redis.packing import HiredisPacking
+from store.redis.partition import Partition
+from store.redis.pools import BoundedCluster, Connector
+from store.redis.scripts import read_script, script_names
 from tests.cluster_servers import ClusterDeployment, SlotMigration
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
@@ -57,7 +59,7 @@ MODEL = "llm-small"
 RECOVERY_BOUND = 30.0
 
 
-async def submit(store: Store) -> Job:
+async def submit(store: Store | Partition) -> Job:
     request = SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL, payload=b"input"))
     return (await store.submit(request)).job
 
@@ -92,7 +94,7 @@ async def test_every_cluster_node_connection_packs_commands_with_hiredis(
 ) -> None:
     await submit(cluster_store)
     assert isinstance(cluster_store, RedisStore)
-    client = cluster_store._client
+    client = cluster_store.engine.connection.rpc
     assert isinstance(client, BoundedCluster)
     nodes = list(client.nodes_manager.nodes_cache.values())
     assert nodes and all(issubclass(node.connection_class, HiredisPacking) for node in nodes)
@@ -145,7 +147,7 @@ async def test_open_warns_and_serves_when_config_is_refused(
     url = shared_cluster.url.replace("redis+cluster://", f"redis+cluster://{user}:pw@")
     store = open_store(url, StoreSettings(), partition=uuid.uuid4().hex[:10])
     try:
-        with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+        with caplog.at_level(logging.WARNING, logger="store.redis"):
             await store.open()
         assert "cannot read the Redis config" in caplog.text
         job = await submit(store)
@@ -226,7 +228,7 @@ async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
 async def test_a_watch_sees_every_transition_a_store_not_hearing_changes_makes(
     shared_cluster: ClusterDeployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_store, "SAFETY_RECHECK", 600.0)  # wake-ups only
+    monkeypatch.setattr(redis_engine, "SAFETY_RECHECK", 600.0)  # wake-ups only
     partition = uuid.uuid4().hex[:10]
     gateway_side = open_store(shared_cluster.url, StoreSettings(), partition=partition)
     worker_side = open_store(
@@ -321,17 +323,17 @@ async def test_a_partitioned_store_subscribes_once_on_each_master_serving_a_part
     store = open_store(
         shared_cluster.url, StoreSettings(), partition=uuid.uuid4().hex[:10], partitions=16
     )
-    assert isinstance(store, PartitionedRedisStore)
+    assert isinstance(store, RedisStore)
     await store.open()
     try:
         owners = {
             part.keys.notify: shared_cluster.owner(shared_cluster.slot_of(part.keys.notify))
-            for part in store.parts
+            for part in store.engine.parts
         }
         assert len(set(owners.values())) == 3, "16 partitions over 3 masters"
         for channel, owner in owners.items():
             assert shard_subscribers(shared_cluster, owner, channel) == 1
-        ports = [s.pubsub.connection.port for s in store.owner._notifier.subscriptions]
+        ports = [s.pubsub.connection.port for s in store.engine.connection.notifier.subscriptions]
         assert sorted(ports) == sorted(node.port for node in set(owners.values()))
     finally:
         await store.close()
@@ -345,15 +347,15 @@ async def test_a_claim_waiting_on_a_partition_of_another_master_is_woken_by_its_
     partition = uuid.uuid4().hex[:10]
     waiter = open_store(shared_cluster.url, StoreSettings(), partition=partition, partitions=8)
     submitter = open_store(shared_cluster.url, StoreSettings(), partition=partition, partitions=8)
-    assert isinstance(waiter, PartitionedRedisStore)
-    assert isinstance(submitter, PartitionedRedisStore)
+    assert isinstance(waiter, RedisStore)
+    assert isinstance(submitter, RedisStore)
     await waiter.open()
     await submitter.open()
     try:
-        first = shared_cluster.owner(shared_cluster.slot_of(waiter.parts[0].keys.notify))
+        first = shared_cluster.owner(shared_cluster.slot_of(waiter.engine.parts[0].keys.notify))
         target = next(
             part
-            for part in submitter.parts
+            for part in submitter.engine.parts
             if shared_cluster.owner(shared_cluster.slot_of(part.keys.notify)) is not first
         )
         await assert_a_waiting_claim_is_woken(waiter, lambda: submit(target))
@@ -383,7 +385,7 @@ async def test_a_migrated_partition_slot_is_subscribed_again_on_its_new_master(
 
         await assert_eventually(subscribed_on_target, timeout=RECOVERY_BOUND, interval=0.1)
         await assert_eventually(
-            lambda: asyncio.sleep(0, not store._notifier._error),  # type: ignore[attr-defined]
+            lambda: asyncio.sleep(0, not store.engine.connection.notifier._error),  # type: ignore[attr-defined]
             timeout=RECOVERY_BOUND,
         )
         claim = asyncio.create_task(store.claim("w1", ["other"], wait=timedelta(seconds=20)))
@@ -500,13 +502,13 @@ async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_s
     # wake-up, so it fails UNAVAILABLE rather than wait silently.
     cluster = replicated_cluster
     store = open_store(cluster.url, StoreSettings(), partition=uuid.uuid4().hex[:10], partitions=8)
-    assert isinstance(store, PartitionedRedisStore)
+    assert isinstance(store, RedisStore)
     await store.open()
     try:
-        first = cluster.owner(cluster.slot_of(store.parts[0].keys.notify))
+        first = cluster.owner(cluster.slot_of(store.engine.parts[0].keys.notify))
         victim_part = next(
             part
-            for part in store.parts
+            for part in store.engine.parts
             if cluster.owner(cluster.slot_of(part.keys.notify)) is not first
         )
         victim = cluster.owner(cluster.slot_of(victim_part.keys.notify))
@@ -519,7 +521,7 @@ async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_s
         assert time.monotonic() - started < 2.5, "a lost subscription fails waiters quickly"
 
         async def notifications_back() -> bool:
-            return store.owner._notifier._error is None
+            return store.engine.connection.notifier._error is None
 
         await assert_eventually(notifications_back, timeout=RECOVERY_BOUND, interval=0.1)
         claim = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=20)))

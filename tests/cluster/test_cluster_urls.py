@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 from store import StoreSettings, open_store
-from store.redis_urls import (
+from store.redis.pools import BoundedCluster, Connector
+from store.redis.urls import (
     DEFAULT_CLUSTER_PORT,
     BadRedisUrl,
-    BoundedCluster,
     ClusterTarget,
-    Connector,
     parse_redis_url,
 )
 from tests.launcher import run_to_exit

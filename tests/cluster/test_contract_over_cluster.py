@@ -4,7 +4,7 @@ The contract tests come from tests/store unchanged; only `store_url` differs:
 every store here reaches its partition's slot through redis-py's cluster
 client, seeded with all three masters of the session's cluster. Partitions
 are named per test, so they land on different masters; the suite runs on one
-partition and on a PartitionedRedisStore of three ("redis3"), whose calls
+partition and on a RedisStore of three ("redis3"), whose calls
 span masters (pipelined head reads, positions, merged audit streams).
 """
 

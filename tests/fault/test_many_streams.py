@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from store.redis_store import CONTROL_CONNECTIONS, POOL_CONNECTIONS
+from store.redis.connection import CONTROL_CONNECTIONS, POOL_CONNECTIONS
 from tests.e2e.api import QUEUED, TERMINAL, Api, fresh_name, tenant_metadata
 from tests.e2e.harness import Deployment
 from tests.helpers import assert_eventually

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from store import StoreSettings, open_store
-from store.redis_urls import (
+from store.redis.urls import (
     DEFAULT_SENTINEL_PORT,
     BadRedisUrl,
     SentinelTarget,

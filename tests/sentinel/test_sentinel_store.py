@@ -18,12 +18,12 @@ from store import (
     StoreSettings,
     StoreUnavailable,
     open_store,
-    redis_store,
 )
 from store.keys import Keys
 from store.model import Job, JobSpec, JobStatus, ResultReport, SubmitRequest
-from store.redis_store import RedisStore
-from store.redis_urls import BlockingSentinelPool, Connector
+from store.redis import RedisStore
+from store.redis import engine as redis_engine
+from store.redis.pools import BlockingSentinelPool, Connector
 from tests.helpers import assert_eventually
 from tests.sentinel_servers import SentinelDeployment
 
@@ -132,7 +132,7 @@ async def test_long_poll_and_watch_are_woken_through_the_new_primary(
 ) -> None:
     # No periodic re-read: the claim below returns only if the new primary's
     # PUBLISH reached this store's (re-made) subscription.
-    monkeypatch.setattr(redis_store, "SAFETY_RECHECK", 600.0)
+    monkeypatch.setattr(redis_engine, "SAFETY_RECHECK", 600.0)
     own_sentinels.primary.kill()
     await submit_when_back(sentinel_store)
     [leftover] = await sentinel_store.claim("w0", [MODEL])  # the job submit_when_back made
@@ -186,7 +186,7 @@ async def test_writes_move_to_the_promoted_primary_before_the_old_one_is_demoted
     async def lands_on_new_primary() -> bool:
         job = await submit_when_back(sentinel_store)
         with redis.Redis(port=new_port) as primary:
-            return bool(primary.exists(sentinel_store.keys.job(job.id)))
+            return bool(primary.exists(sentinel_store.engine.owner.keys.job(job.id)))
 
     await assert_eventually(lands_on_new_primary, timeout=5.0, interval=0.1)
 
@@ -201,7 +201,7 @@ async def test_resubscribe_keeps_a_subscription_already_on_the_primary(
     assert isinstance(store, RedisStore)
     await store.open()
     try:
-        notifier = store._notifier
+        notifier = store.engine.connection.notifier
         [subscription] = notifier.subscriptions
         connection = subscription.pubsub.connection
         await notifier.resubscribe(("127.0.0.1", shared_sentinels.primary.port))

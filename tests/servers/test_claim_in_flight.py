@@ -27,7 +27,7 @@ from store import StoreSettings, open_store
 from store.memory import LocalStore
 from store.model import ClaimedJob, JobStatus
 from store.protocol import Store
-from store.redis_scripts import read_script
+from store.redis.scripts import read_script
 from tests.helpers import assert_eventually
 from tests.proxy import FaultProxy, _Fault
 from tests.redis_server import RedisServer

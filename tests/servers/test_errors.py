@@ -14,26 +14,52 @@ from jobgate import InternalError, JobClient
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2
 from serving.settings import ServerSettings
 from store.errors import StoreUnavailable
-from store.memory import LocalStore
-from store.model import StoreSettings
+from store.front import StoreFront
+from store.memory.engine import LocalEngine
+from store.model import ClaimedJob, Job, StoreSettings
 from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, fails
 
 UNKNOWN_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
 
-class BrokenStore(LocalStore):
-    """A LocalStore whose get and claim raise `failure` while it is set (as its backend)."""
+class BrokenEngine(LocalEngine):
+    """A LocalEngine whose get and claim raise `failure` while it is set (as its backend)."""
 
     failure: Exception | None = None
     gets = 0
 
-    def _refuse_if_closed(self, operation: str) -> None:
-        if operation == "get":
-            self.gets += 1
-        if self.failure is not None and operation in ("get", "claim"):
+    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job:
+        self.gets += 1
+        if self.failure is not None:
             raise self.failure
-        super()._refuse_if_closed(operation)
+        return await super().get(tenant, job_id, operation)
+
+    async def claim_now(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+        if self.failure is not None:
+            raise self.failure
+        return await super().claim_now(worker_id, models, max_jobs)
+
+
+class BrokenStore(StoreFront):
+    """A LocalStore over a BrokenEngine."""
+
+    engine: BrokenEngine
+
+    def __init__(self, settings: StoreSettings) -> None:
+        super().__init__(BrokenEngine(settings))
+
+    @property
+    def failure(self) -> Exception | None:
+        return self.engine.failure
+
+    @failure.setter
+    def failure(self, value: Exception | None) -> None:
+        self.engine.failure = value
+
+    @property
+    def gets(self) -> int:
+        return self.engine.gets
 
 
 async def test_unknown_job_is_not_found_with_reason(harness: Harness) -> None:

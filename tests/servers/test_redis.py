@@ -17,7 +17,7 @@ from serving.runner import open_configured_store
 from serving.settings import Address, ServerSettings
 from store import StoreSettings, open_store
 from store.keys import Keys
-from store.redis_partitioned import PartitionedRedisStore
+from store.redis import RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.servers.conftest import MakeHarness
@@ -47,8 +47,8 @@ async def test_the_runner_builds_the_store_of_redis_partitions(
     )
     store = await open_configured_store(settings)
     try:
-        assert isinstance(store, PartitionedRedisStore)
-        assert [part.keys.partition for part in store.parts] == [
+        assert isinstance(store, RedisStore)
+        assert [part.keys.partition for part in store.engine.parts] == [
             f"{partition}/{index}" for index in range(3)
         ]
     finally:

@@ -1,5 +1,5 @@
 """Store fixtures: every contract test runs on LocalStore, on RedisStore (real redis-server)
-and on a PartitionedRedisStore of three partitions on the same redis-server ("redis3").
+and on a RedisStore of three partitions on the same redis-server ("redis3").
 
 `store` is a store with the default settings; `make_store(**overrides)` makes
 one with other StoreSettings (short leases, small caps...). Each store gets
@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 import pytest
 from redis.asyncio import Redis
 
-from store import Store, StoreSettings, open_store, redis_store
+from store import Store, StoreSettings, open_store
 from store.model import (
     ClaimedJob,
     GroupSpec,
@@ -26,6 +26,7 @@ from store.model import (
     Priority,
     SubmitRequest,
 )
+from store.redis import engine as redis_engine
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 
@@ -95,7 +96,7 @@ def pushed_wake_ups_only(monkeypatch: pytest.MonkeyPatch) -> None:
     wake-up; push that past every test's deadline, so a wake-up test passes
     only through the pushed notification it is about (and needs no timing
     bound that a loaded machine could break)."""
-    monkeypatch.setattr(redis_store, "SAFETY_RECHECK", 600.0)
+    monkeypatch.setattr(redis_engine, "SAFETY_RECHECK", 600.0)
 
 
 # -- helpers shared by the contract tests ------------------------------------

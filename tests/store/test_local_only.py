@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import StoreSettings, StoreUnavailable
-from store.memory import LocalStore, _OrderedQueue, _Record
+from store.memory import LocalStore
+from store.memory.queue import OrderedQueue as _OrderedQueue
+from store.memory.record import Record as _Record
 from store.model import ClaimedJob, Job, JobSpec, JobStatus, ResultReport, SubmitRequest
 from tests.helpers import assert_eventually
 from tests.store.conftest import MODEL, TENANT, claim_is_waiting
@@ -104,8 +106,8 @@ async def test_recover_touches_only_what_fell_due() -> None:
     for _ in range(2000):
         await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
     await store.claim("w1", [MODEL], max_jobs=2000)
-    table = CountingDict(store._jobs)
-    store._jobs = table
+    table = CountingDict(store.engine.state.jobs)
+    store.engine.state.jobs = table
     CountingDict.lookups = 0
     assert await store.recover() == []
     assert CountingDict.lookups == 0
@@ -116,7 +118,7 @@ async def test_claim_cost_does_not_grow_with_queue_depth() -> None:
         store = LocalStore(StoreSettings())
         for _ in range(depth):
             await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))
-        store._jobs = CountingDict(store._jobs)
+        store.engine.state.jobs = CountingDict(store.engine.state.jobs)
         CountingDict.lookups = 0
         await store.claim("w1", [MODEL])
         return CountingDict.lookups
@@ -173,7 +175,7 @@ async def test_an_illegal_transition_is_refused() -> None:
     job = (await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))).job
     await store.cancel(TENANT, job.id)
     with pytest.raises(RuntimeError, match="illegal transition"):
-        store._transition(store._jobs[job.id], JobStatus.QUEUED, 0.0)
+        store.engine.state.transition(store.engine.state.jobs[job.id], JobStatus.QUEUED, 0.0)
 
 
 async def test_claimed_snapshots_are_copies() -> None:
@@ -196,9 +198,9 @@ async def test_stale_deadlines_are_swept_so_memory_follows_live_jobs() -> None:
         await store.set_result(claimed.job.id, claimed.lease_id, JobStatus.COMPLETED)
     # Each finished attempt left a run deadline an hour away, and each
     # heartbeat a superseded lease deadline; only one job is live.
-    assert len(store._runs) <= 2 * 1 + 1024
-    assert len(store._leases) <= 2 * 1 + 1024
-    assert len(store._queue_waits) <= 2 * 1 + 1024
+    assert len(store.engine.state.runs) <= 2 * 1 + 1024
+    assert len(store.engine.state.leases) <= 2 * 1 + 1024
+    assert len(store.engine.state.queue_waits) <= 2 * 1 + 1024
 
 
 # -- wake-ups are routed ---------------------------------------------------------------------
@@ -220,7 +222,7 @@ async def test_changes_to_another_models_jobs_wake_no_watch_and_no_claim(
     await claim_is_waiting(store, "idle")
     watched = {job.id for job in jobs}
     reads: list[object] = []  # watched jobs re-read, model lists a claim looked at
-    fresh, claim_now = store._fresh, store._claim_now
+    fresh, claim_now = store.engine.state.fresh, store.engine._claim
 
     def counting_fresh(job_id: str, now: float) -> _Record | None:
         if job_id in watched:
@@ -231,8 +233,8 @@ async def test_changes_to_another_models_jobs_wake_no_watch_and_no_claim(
         reads.append(models)
         return claim_now(worker_id, models, max_jobs)
 
-    monkeypatch.setattr(store, "_fresh", counting_fresh)
-    monkeypatch.setattr(store, "_claim_now", counting_claim)
+    monkeypatch.setattr(store.engine.state, "fresh", counting_fresh)
+    monkeypatch.setattr(store.engine, "_claim", counting_claim)
     for _ in range(10):
         await store.submit(SubmitRequest(TENANT, JobSpec("other")))
         claimed = await store.claim("busy", ["other"])

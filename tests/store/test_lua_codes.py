@@ -9,7 +9,7 @@ import pytest
 
 from store.codes import LuaCode, error_for
 from store.errors import StoreError
-from store.redis_scripts import read_script, script_names
+from store.redis.scripts import read_script, script_names
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "store" / "lua"
 # `return {RC.X}` from a script, or `return RC.X` from an include's function.

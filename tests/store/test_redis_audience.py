@@ -2,7 +2,7 @@
 
 "r" messages go on the ready channel (claims: the worker-server), "j" and
 "q" on the changes channel (watchers, event follows: the gateway); a store
-subscribes to the channels it is asked to hear. See store/redis_notify.py
+subscribes to the channels it is asked to hear. See store/redis/notify.py
 and docs/redis-layout.md, "Wake-ups across replicas".
 """
 
@@ -18,9 +18,8 @@ from redis.asyncio import Redis
 
 from store import StoreSettings, StoreUnavailable, open_store
 from store.model import JobSpec, JobStatus, SubmitRequest
-from store.redis_notify import ANY_MESSAGE, UnheardTopic
-from store.redis_partitioned import PartitionedRedisStore
-from store.redis_store import RedisStore
+from store.redis import RedisStore
+from store.redis.notify import ANY_MESSAGE, UnheardTopic
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.store.scenarios import assert_a_watch_sees_every_transition
@@ -60,14 +59,14 @@ async def make_store(redis_server: RedisServer, partition: str) -> AsyncIterator
 def heard_messages(store: RedisStore) -> list[str]:
     """Every published message `store`'s subscription reads from now on (call before open)."""
     heard: list[str] = []
-    dispatch = store._notifier._dispatch
+    dispatch = store.engine.connection.notifier._dispatch
 
     def counting(message: dict[str, Any]) -> None:
         if message.get("type") == "message":
             heard.append(message["data"].decode())
         dispatch(message)
 
-    store._notifier._dispatch = counting  # type: ignore[method-assign]
+    store.engine.connection.notifier._dispatch = counting  # type: ignore[method-assign]
     return heard
 
 
@@ -89,16 +88,16 @@ async def test_a_store_not_hearing_changes_subscribes_to_the_ready_channel_only(
     make_store: MakeStore, raw: Redis
 ) -> None:
     store = await make_store(hear_changes=False)
-    assert await subscribers(raw, store.keys.notify) == 1
-    assert await subscribers(raw, store.keys.changes) == 0
+    assert await subscribers(raw, store.engine.owner.keys.notify) == 1
+    assert await subscribers(raw, store.engine.owner.keys.changes) == 0
 
 
 async def test_a_store_hearing_both_subscribes_to_both_channels(
     make_store: MakeStore, raw: Redis
 ) -> None:
     store = await make_store()
-    assert await subscribers(raw, store.keys.notify) == 1
-    assert await subscribers(raw, store.keys.changes) == 1
+    assert await subscribers(raw, store.engine.owner.keys.notify) == 1
+    assert await subscribers(raw, store.engine.owner.keys.changes) == 1
 
 
 async def test_a_store_not_hearing_changes_reads_only_ready_messages(
@@ -182,25 +181,25 @@ async def test_listening_for_any_message_needs_the_changes_channel(
     make_store: MakeStore,
 ) -> None:
     store = await make_store(hear_changes=False)
-    with pytest.raises(UnheardTopic), store.listen([ANY_MESSAGE]):
+    with pytest.raises(UnheardTopic), store.engine.listen([ANY_MESSAGE]):
         pass
 
 
 async def test_a_refused_listener_is_not_left_registered(make_store: MakeStore) -> None:
     store = await make_store(hear_changes=False)
-    with pytest.raises(UnheardTopic), store.listen([f"r {MODEL}", "j 01JOB"]):
+    with pytest.raises(UnheardTopic), store.engine.listen([f"r {MODEL}", "j 01JOB"]):
         pass
-    assert store._notifier.listeners(f"r {MODEL}") == 0
+    assert store.engine.connection.notifier.listeners(f"r {MODEL}") == 0
 
 
 async def test_a_store_hearing_nothing_opens_and_refuses_every_listener(
     make_store: MakeStore, raw: Redis
 ) -> None:
     store = await make_store(hear_ready=False, hear_changes=False)
-    assert await subscribers(raw, store.keys.notify) == 0
+    assert await subscribers(raw, store.engine.owner.keys.notify) == 0
     await store.submit(request())
     for topic in (f"r {MODEL}", "j 01JOB", f"q {MODEL}", ANY_MESSAGE):
-        with pytest.raises(UnheardTopic), store.listen([topic]):
+        with pytest.raises(UnheardTopic), store.engine.listen([topic]):
             pass
 
 
@@ -210,8 +209,8 @@ async def test_a_gateway_store_hears_change_messages_an_older_server_published_o
 ) -> None:
     # Mid-upgrade: the previous scripts publish everything on the notify channel.
     store = await make_store()
-    with store.listen(["j 01JOB"]) as listener:
-        await raw.publish(store.keys.notify, "j 01JOB")
+    with store.engine.listen(["j 01JOB"]) as listener:
+        await raw.publish(store.engine.owner.keys.notify, "j 01JOB")
         await listener.wait(10)
         assert listener.event.is_set()
 
@@ -242,19 +241,19 @@ async def test_a_partitioned_blocking_events_read_without_changes_still_returns_
     worker_side = open_store(
         redis_server.url, StoreSettings(), partition, partitions=3, hear_changes=False
     )
-    assert isinstance(worker_side, PartitionedRedisStore)
+    assert isinstance(worker_side, RedisStore)
     await worker_side.open()
     try:
         after = await worker_side.newest_event_id()
         reads = 0
-        read_events = worker_side._read_events
+        read_events = worker_side.engine._read_events
 
         async def counted(cursor: list[str], count: int) -> Any:
             nonlocal reads
             reads += 1
             return await read_events(cursor, count)
 
-        worker_side._read_events = counted  # type: ignore[method-assign]
+        worker_side.engine._read_events = counted  # type: ignore[method-assign]
         read = asyncio.create_task(worker_side.events(after=after, block=timedelta(seconds=60)))
 
         async def found_nothing_yet() -> bool:

@@ -25,7 +25,6 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from store import redis_store
 from store.errors import StoreError
 from store.model import (
     GroupSpec,
@@ -36,10 +35,10 @@ from store.model import (
     SubmitRequest,
 )
 from store.policy import lua_policy
-from store.redis_notify import READY, Notifier
-from store.redis_partitioned import PartitionedRedisStore
-from store.redis_scripts import read_script, script_names
-from store.redis_store import RedisStore
+from store.redis import RedisStore
+from store.redis import partition as redis_partition
+from store.redis.notify import READY, Notifier
+from store.redis.scripts import read_script, script_names
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 
@@ -341,12 +340,12 @@ async def exercise(store: RedisStore, fast: RedisStore, cold: RedisStore) -> Non
     await assert_eventually(lambda: _recovered(store, late.id, JobStatus.FAILED))
     assert await store.acquire_leadership("audit", timedelta(seconds=5))
     await exercise_cold(store, cold)
-    await exercise_partitioned(store.url)
+    await exercise_partitioned(store.engine.connection.url)
 
 
 async def exercise_partitioned(url: str) -> None:
     """The partitioned store's own script (position_elsewhere) and its calls."""
-    spread = PartitionedRedisStore(url, StoreSettings(), f"spread-{uuid.uuid4().hex[:8]}", 3)
+    spread = RedisStore(url, StoreSettings(), f"spread-{uuid.uuid4().hex[:8]}", 3)
     await spread.open()
     try:
         jobs = [(await spread.submit(single("m-spread"))).job for _ in range(6)]
@@ -380,7 +379,9 @@ async def exercise_cold(store: RedisStore, cold: RedisStore) -> None:
 
 async def fresh_cancel(store: RedisStore, job_id: str) -> None:
     """Cancel from a store that never saw the job."""
-    fresh = RedisStore(store.url, store.settings, partition=store.keys.partition)
+    fresh = RedisStore(
+        store.engine.connection.url, store.settings, partition=store.engine.owner.keys.partition
+    )
     await fresh.open()
     try:
         await fresh.cancel(TENANT, job_id)
@@ -463,7 +464,7 @@ async def test_a_claim_from_a_store_without_hints_claims_every_head_in_order(
 ) -> None:
     gateway, _, worker = stores
     submitted = [(await gateway.submit(single("m-backlog"))).job.id for _ in range(6)]
-    worker._ready_hints.clear()  # the "r" messages it heard would be hints
+    worker.engine._hints._ready.clear()  # the "r" messages it heard would be hints
     claimed = await worker.claim("w1", ["m-backlog"], max_jobs=6)
     assert [c.job.id for c in claimed] == submitted
 
@@ -474,7 +475,7 @@ async def test_a_script_still_asking_for_keys_after_the_last_round_fails_naming_
 ) -> None:
     gateway, _, reader = stores
     parent = (await gateway.submit(group("m-rounds", 2))).job
-    monkeypatch.setattr(redis_store, "DECLARE_ROUNDS", 1)  # a group's get needs 2
+    monkeypatch.setattr(redis_partition, "DECLARE_ROUNDS", 1)  # a group's get needs 2
     with pytest.raises(StoreError, match=r"children\.lua"):
         await reader.list_children(TENANT, parent.id)
 

@@ -18,8 +18,9 @@ from store import StoreSettings
 from store.errors import QueueFull, StoreUnavailable
 from store.keys import Declared
 from store.model import JobStatus, ResultReport, SubmitRequest
-from store.redis_scripts import ArgValue, read_script
-from store.redis_store import RedisStore
+from store.redis import RedisStore
+from store.redis.calls import ScriptCall
+from store.redis.scripts import ArgValue, read_script
 from tests.helpers import assert_eventually
 from tests.proxy import FaultProxy
 from tests.redis_server import RedisServer
@@ -177,11 +178,12 @@ async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
     # a timed-out claim's request may still be on its way when its release runs
     store = await make_proxied()
     job = await submit_one(store)
-    op_key = store.keys.op("late")
-    await store._release_claim(op_key, Declared())
+    op_key = store.engine.owner.keys.op("late")
+    part = store.engine.owner
+    await part._release_claim(op_key, Declared())
     claim_args: list[ArgValue] = ["w1", 30000, 1, 4, 1, "llm-small", "lease-1"]
     declared = Declared([job.id], ["llm-small"])
-    reply = await store._run_declared("claim", [], claim_args, declared, [op_key])
+    reply = await part.call_once(ScriptCall("claim", claim_args, declared, trailing=[op_key]))
     assert reply == [[], [], []]
     assert await _is_queued_unclaimed(store, job.id)
 

@@ -13,7 +13,7 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
-from store.redis_notify import Subscription
+from store.redis.notify import Subscription
 
 
 class SwallowingPubSub:

@@ -27,8 +27,9 @@ from store import (
     StoreUnavailable,
 )
 from store.model import GroupSpec, Job, JobSpec, JobStatus, SubmitRequest
-from store.redis_scripts import Script
-from store.redis_store import POOL_CONNECTIONS, RedisStore
+from store.redis import RedisStore
+from store.redis.connection import POOL_CONNECTIONS
+from store.redis.scripts import Script
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer, free_port
 from tests.store.scenarios import assert_a_watch_sees_every_transition
@@ -99,7 +100,9 @@ async def claim_waiting(store: RedisStore) -> bool:
 async def expired_leases(raw: Redis, store: RedisStore) -> int:
     """Leases past their deadline by Redis' clock (what recover() would handle)."""
     seconds, micros = await raw.time()
-    return int(await raw.zcount(store.keys.leases, "-inf", seconds * 1000 + micros // 1000))
+    return int(
+        await raw.zcount(store.engine.owner.keys.leases, "-inf", seconds * 1000 + micros // 1000)
+    )
 
 
 async def measure_unavailable(
@@ -289,7 +292,7 @@ async def test_a_script_redis_cannot_compile_fails_open(
 ) -> None:
     store = RedisStore(server.url, StoreSettings(), partition=partition)
     source = "return {"  # a Lua syntax error
-    store._scripts._scripts["get"] = Script(
+    store.engine.connection.scripts._scripts["get"] = Script(
         "get", source, hashlib.sha1(source.encode()).hexdigest()
     )
     with pytest.raises(StoreError, match="get"):
@@ -312,7 +315,7 @@ async def test_persistence_off_is_logged_as_a_warning(
     redis_server: RedisServer, partition: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = RedisStore(redis_server.url, StoreSettings(), partition=partition)
-    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="store.redis"):
         await store.open()
     await store.close()
     assert any("persistence is off" in r.getMessage() for r in caplog.records)
@@ -321,7 +324,7 @@ async def test_persistence_off_is_logged_as_a_warning(
 async def test_appendonly_redis_opens_without_a_persistence_warning(
     make_store: StoreFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="store.redis"):
         await make_store()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -338,7 +341,7 @@ async def test_a_redis_without_config_access_warns_and_opens(
         commands=["+@all", "-config"],
     )
     url = f"redis://app:secret@127.0.0.1:{server.port}/0"
-    with caplog.at_level(logging.WARNING, logger="store.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="store.redis"):
         store = await make_store(url)
     assert any("cannot read the Redis config" in r.getMessage() for r in caplog.records)
     assert (await store.submit(request())).job.status is JobStatus.QUEUED
@@ -440,7 +443,7 @@ async def test_leadership_recovery_and_ping_answer_while_the_rpc_pool_is_exhaust
     store = await make_store(lease_timeout=timedelta(seconds=0.05))
     await store.submit(request())
     await store.claim("w1", [MODEL])
-    client = store._client
+    client = store.engine.connection.rpc
     assert isinstance(client, Redis)  # one server here, not a cluster
     pool = client.connection_pool
     held = [await pool.get_connection() for _ in range(pool.max_connections)]  # type: ignore[no-untyped-call]
@@ -496,7 +499,7 @@ async def test_live_job_keys_never_expire(store: RedisStore, raw: Redis) -> None
     job = (await store.submit(request(key="k1"))).job
     claimed = (await store.claim("w1", [MODEL]))[0]
     await store.heartbeat(job.id, claimed.lease_id, 0.5, "")
-    k = store.keys
+    k = store.engine.owner.keys
     ttls = await pttls(raw, k.job(job.id), k.payload(job.id), k.idempotency(TENANT, "k1"))
     assert ttls == [LIVE, LIVE, LIVE]
 
@@ -506,7 +509,7 @@ async def test_terminal_job_keys_get_the_result_ttl(make_store: StoreFactory, ra
     job = (await store.submit(request(key="k1"))).job
     claimed = (await store.claim("w1", [MODEL]))[0]
     await store.set_result(job.id, claimed.lease_id, JobStatus.COMPLETED, b"out")
-    k = store.keys
+    k = store.engine.owner.keys
     keys = [k.job(job.id), k.payload(job.id), k.result(job.id), k.idempotency(TENANT, "k1")]
     assert all(590_000 < ttl <= 600_000 for ttl in await pttls(raw, *keys))
 
@@ -516,7 +519,7 @@ async def test_group_children_expire_with_the_parent(make_store: StoreFactory, r
     group = (await store.submit(group_request(2))).job
     running = (await store.claim("w1", [MODEL]))[0]
     await store.cancel(TENANT, group.id)
-    k = store.keys
+    k = store.engine.owner.keys
     child_keys = [k.job(c.id) for c in group.children]
     assert await pttls(raw, k.job(group.id), *child_keys) == [LIVE, LIVE, LIVE]
     await store.set_result(running.job.id, running.lease_id, JobStatus.COMPLETED, b"kept")
@@ -535,7 +538,7 @@ async def test_event_stream_is_capped_near_events_max_length(
     for _ in range(300):
         await store.submit(request())
     # MAXLEN ~ trims whole stream nodes (100 entries by default)
-    assert await raw.xlen(store.keys.events) <= 10 + 100
+    assert await raw.xlen(store.engine.owner.keys.events) <= 10 + 100
 
 
 # -- orphans -------------------------------------------
@@ -546,11 +549,11 @@ async def test_claim_drops_an_orphan_id_and_never_recreates_its_record(
 ) -> None:
     orphan = (await store.submit(request())).job
     job = (await store.submit(request())).job
-    await raw.delete(store.keys.job(orphan.id))
+    await raw.delete(store.engine.owner.keys.job(orphan.id))
     claimed = await store.claim("w1", [MODEL], max_jobs=2)
     assert [c.job.id for c in claimed] == [job.id]
-    assert await raw.exists(store.keys.job(orphan.id)) == 0
-    assert await raw.zscore(store.keys.queue_timeouts, orphan.id) is None
+    assert await raw.exists(store.engine.owner.keys.job(orphan.id)) == 0
+    assert await raw.zscore(store.engine.owner.keys.queue_timeouts, orphan.id) is None
 
 
 async def test_recovery_drops_an_orphan_lease_and_never_recreates_its_record(
@@ -559,12 +562,12 @@ async def test_recovery_drops_an_orphan_lease_and_never_recreates_its_record(
     store = await make_store(lease_timeout=timedelta(seconds=0.05))
     job = (await store.submit(request())).job
     await store.claim("w1", [MODEL])
-    await raw.delete(store.keys.job(job.id))
+    await raw.delete(store.engine.owner.keys.job(job.id))
     await assert_eventually(lambda: eq(expired_leases(raw, store), 1))
     assert await store.recover() == []
-    assert await raw.exists(store.keys.job(job.id)) == 0
-    assert await raw.zscore(store.keys.leases, job.id) is None
-    assert await raw.zscore(store.keys.run_deadlines, job.id) is None
+    assert await raw.exists(store.engine.owner.keys.job(job.id)) == 0
+    assert await raw.zscore(store.engine.owner.keys.leases, job.id) is None
+    assert await raw.zscore(store.engine.owner.keys.run_deadlines, job.id) is None
 
 
 # -- one round trip per hot-path call -------------------------------------------
@@ -574,13 +577,13 @@ async def test_each_hot_path_call_is_one_evalsha(
     store: RedisStore, raw: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
-    execute = cast(Callable[..., Awaitable[Any]], store._client.execute_command)
+    execute = cast(Callable[..., Awaitable[Any]], store.engine.connection.rpc.execute_command)
 
     async def counting(*args: Any, **options: Any) -> Any:
         sent.append(str(args[0]))
         return await execute(*args, **options)
 
-    monkeypatch.setattr(store._client, "execute_command", counting)
+    monkeypatch.setattr(store.engine.connection.rpc, "execute_command", counting)
 
     async def round_trips(call: Awaitable[Any]) -> tuple[list[str], int]:
         sent.clear()
@@ -653,7 +656,7 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
     watcher_side, worker_side = await make_store(), await make_store()
     await worker_side.submit(request())
     job = (await worker_side.submit(request())).job
-    read = watcher_side._get
+    read = watcher_side.engine.get
     first_read = True
 
     async def read_then_claim_ahead(tenant: str, job_id: str, operation: str) -> Any:
@@ -663,12 +666,12 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
         snapshot = await read(tenant, job_id, operation)
         if first_read:
             first_read = False
-            with watcher_side._notifier.listen([f"q {MODEL}"]) as heard:
+            with watcher_side.engine.connection.notifier.listen([f"q {MODEL}"]) as heard:
                 await worker_side.claim("w1", [MODEL])
                 await heard.wait(10)
         return snapshot
 
-    monkeypatch.setattr(watcher_side, "_get", read_then_claim_ahead)
+    monkeypatch.setattr(watcher_side.engine, "get", read_then_claim_ahead)
     stream = watcher_side.watch(TENANT, job.id)
     seen = await asyncio.wait_for(anext(stream), 5)
     if seen.queue_position != 0:

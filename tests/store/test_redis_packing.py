@@ -1,4 +1,4 @@
-"""The store's connections pack commands with hiredis (store/redis_packing.py)."""
+"""The store's connections pack commands with hiredis (store/redis/packing.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 from redis.typing import EncodableT
 
 from store.model import JobSpec, StoreSettings, SubmitRequest
-from store.redis_packing import PackedConnection, packed
-from store.redis_store import RedisStore
+from store.redis import RedisStore
+from store.redis.packing import PackedConnection, packed
 from tests.redis_server import RedisServer
 
 # A script call shaped like the store's: a sha, declared keys, numbers, a payload.
@@ -60,7 +60,7 @@ async def test_the_store_talks_to_redis_over_packing_connections(
     try:
         job = (await store.submit(SubmitRequest("acme", JobSpec("llm", b"input")))).job
         assert (await store.get("acme", job.id)).id == job.id
-        client = store._client
+        client = store.engine.connection.rpc
         assert isinstance(client, Redis)
         assert client.connection_pool.connection_class is PackedConnection
     finally:

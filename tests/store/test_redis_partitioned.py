@@ -1,4 +1,4 @@
-"""PartitionedRedisStore (--redis-partitions N > 1): what only spreading over partitions has.
+"""RedisStore (--redis-partitions N > 1): what only spreading over partitions has.
 
 The shared semantics run on it through the contract suite ("redis3"); these
 tests show where things live (ids, keys, groups), that claims and long polls
@@ -23,8 +23,8 @@ from redis.asyncio import Redis
 from store import InvalidRequest, QuotaExceeded, StoreSettings, StoreUnavailable, open_store
 from store.keys import MAX_PARTITIONS, partition_tags
 from store.model import GroupSpec, JobSpec, JobStatus, Priority, ResultReport, SubmitRequest
-from store.redis_partitioned import PartitionedRedisStore, PartitionIds, partition_of
-from store.redis_store import RedisStore
+from store.redis import RedisStore
+from store.redis.ids import PartitionIds, partition_of
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.store.conftest import claim_is_waiting
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.redis
 
 TENANT = "acme"
 MODEL = "llm-small"
-Factory = Callable[..., Awaitable[PartitionedRedisStore]]
+Factory = Callable[..., Awaitable[RedisStore]]
 
 
 def single(
@@ -54,13 +54,13 @@ def done() -> ResultReport:
 @pytest.fixture
 async def make(redis_server: RedisServer, partition: str) -> AsyncIterator[Factory]:
     """make(partitions, **settings): a store of the test's deployment; the same name each call."""
-    opened: list[PartitionedRedisStore] = []
+    opened: list[RedisStore] = []
 
-    async def build(partitions: int = 3, **settings: Any) -> PartitionedRedisStore:
+    async def build(partitions: int = 3, **settings: Any) -> RedisStore:
         store = open_store(
             redis_server.url, StoreSettings(**settings), partition=partition, partitions=partitions
         )
-        assert isinstance(store, PartitionedRedisStore)
+        assert isinstance(store, RedisStore)
         await store.open()
         opened.append(store)
         return store
@@ -76,14 +76,14 @@ async def make(redis_server: RedisServer, partition: str) -> AsyncIterator[Facto
 def test_one_partition_is_the_plain_store_under_its_old_tag() -> None:
     store = open_store("redis://127.0.0.1:1", StoreSettings(), partition="prod", partitions=1)
     assert type(store) is RedisStore
-    assert store.keys.prefix == "jobgate:{prod}:"
+    assert store.engine.owner.keys.prefix == "jobgate:{prod}:"
 
 
 def test_several_partitions_are_tagged_name_slash_index() -> None:
     assert partition_tags("prod", 3) == ["prod/0", "prod/1", "prod/2"]
     store = open_store("redis://127.0.0.1:1", StoreSettings(), partition="prod", partitions=3)
-    assert isinstance(store, PartitionedRedisStore)
-    assert [part.keys.prefix for part in store.parts] == [
+    assert isinstance(store, RedisStore)
+    assert [part.keys.prefix for part in store.engine.parts] == [
         "jobgate:{prod/0}:",
         "jobgate:{prod/1}:",
         "jobgate:{prod/2}:",
@@ -110,9 +110,9 @@ async def test_a_job_lives_in_its_ids_partition(make: Factory, raw: Redis) -> No
     store = await make()
     for _ in range(6):
         job = (await store.submit(single())).job
-        home = store.parts[partition_of(job.id, 3)]
-        held = [bool(await raw.exists(part.keys.job(job.id))) for part in store.parts]
-        assert held == [part is home for part in store.parts]
+        home = store.engine.parts[partition_of(job.id, 3)]
+        held = [bool(await raw.exists(part.keys.job(job.id))) for part in store.engine.parts]
+        assert held == [part is home for part in store.engine.parts]
 
 
 async def test_unkeyed_submits_take_the_partitions_in_turn(make: Factory) -> None:
@@ -161,6 +161,23 @@ async def test_caps_count_the_live_jobs_of_every_partition(make: Factory) -> Non
         await store.submit(single())
 
 
+async def test_submits_read_the_other_partitions_once_per_partition_a_second(
+    make: Factory, monkeypatch: Any
+) -> None:
+    store = await make()
+    reads: list[object] = []
+    real_read = store.engine.connection.read_pipelined
+
+    async def counted_read(*args: Any) -> list[Any]:
+        reads.append(args)
+        return await real_read(*args)
+
+    monkeypatch.setattr(store.engine.connection, "read_pipelined", counted_read)
+    for _ in range(9):  # three rounds over the three partitions, well within a second
+        await store.submit(single())
+    assert len(reads) == 3
+
+
 # -- claims --------------------------------------------------------------------------
 
 
@@ -184,7 +201,7 @@ async def test_a_busy_partition_does_not_starve_the_others(make: Factory) -> Non
 async def test_a_higher_priority_in_another_partition_is_claimed_first(make: Factory) -> None:
     store = await make()
     batch = [(await store.submit(single(key=f"b{i}"))).job for i in range(3)]
-    elsewhere = store.parts[(partition_of(TENANT, 3) + 1) % 3]
+    elsewhere = store.engine.parts[(partition_of(TENANT, 3) + 1) % 3]
     urgent = (await elsewhere.submit(single(priority=Priority.INTERACTIVE))).job
     claimed = await store.claim("w1", [MODEL], max_jobs=2)
     assert [c.job.id for c in claimed] == [urgent.id, batch[0].id]
@@ -206,7 +223,7 @@ async def test_a_long_poll_wakes_on_a_job_queued_in_any_partition(
     store = await make()
     waiting = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=60)))
     await claim_is_waiting(store)
-    job = (await store.parts[index].submit(single())).job
+    job = (await store.engine.parts[index].submit(single())).job
     claimed = await asyncio.wait_for(waiting, 30)
     assert [c.job.id for c in claimed] == [job.id]
 
@@ -225,8 +242,8 @@ async def test_results_of_several_partitions_are_answered_in_order(make: Factory
 async def test_an_empty_claim_costs_one_round_trip(make: Factory, monkeypatch: Any) -> None:
     store = await make(partitions=12)
     trips: list[str] = []
-    for part in store.parts:
-        scripts = part._scripts
+    for part in store.engine.parts:
+        scripts = part.connection.scripts
         real_run = scripts.run
 
         async def counted_run(*args: Any, _run: Any = real_run) -> Any:
@@ -234,13 +251,13 @@ async def test_an_empty_claim_costs_one_round_trip(make: Factory, monkeypatch: A
             return await _run(*args)
 
         monkeypatch.setattr(scripts, "run", counted_run)
-    real_read = store.owner.read_pipelined
+    real_read = store.engine.connection.read_pipelined
 
     async def counted_read(*args: Any) -> list[Any]:
         trips.append("pipeline")
         return await real_read(*args)
 
-    monkeypatch.setattr(store.owner, "read_pipelined", counted_read)
+    monkeypatch.setattr(store.engine.connection, "read_pipelined", counted_read)
     assert await store.claim("w1", [MODEL, "other-model"]) == []
     assert trips == ["pipeline"]
 
@@ -291,15 +308,15 @@ async def test_queue_position_counts_higher_priorities_of_every_partition(make: 
     assert (await store.get(TENANT, batch.id)).queue_position == 3
 
 
-def _lagging_ids(store: PartitionedRedisStore, per_partition: int) -> None:
+def _lagging_ids(store: RedisStore, per_partition: int) -> None:
     """Make `store` (a gateway) submit with ids of an hour ago, handed out
     newest first: smaller than any other gateway's, and decreasing along its
     own submits, as ids from clocks that disagree can be."""
     hour_ago = time.time_ns() - 3600 * 10**9
     with pytest.MonkeyPatch.context() as patch:  # synchronous: nothing else runs meanwhile
         patch.setattr(time, "time_ns", lambda: hour_ago)
-        drawn = [[store._ids.new(index) for _ in range(per_partition)] for index in range(3)]
-    for part, ids in zip(store.parts, drawn, strict=True):
+        drawn = [[store.engine.ids.new(index) for _ in range(per_partition)] for index in range(3)]
+    for part, ids in zip(store.engine.parts, drawn, strict=True):
         part.new_id = ids.pop
 
 
@@ -322,8 +339,8 @@ async def test_queue_position_is_claim_order_when_ids_do_not_follow_submit_order
 async def test_claims_across_partitions_follow_queue_scores_not_ids(make: Factory) -> None:
     lagging, ahead = await make(), await make()
     _lagging_ids(lagging, per_partition=2)
-    first = (await ahead.parts[0].submit(single())).job
-    second = (await lagging.parts[1].submit(single())).job  # a smaller id, submitted later
+    first = (await ahead.engine.parts[0].submit(single())).job
+    second = (await lagging.engine.parts[1].submit(single())).job  # a smaller id, submitted later
     assert second.id < first.id
     claimed = await ahead.claim("w1", [MODEL], max_jobs=2)
     assert [c.job.id for c in claimed] == [first.id, second.id]
@@ -333,7 +350,7 @@ async def test_queue_scores_increase_when_a_partitions_clock_goes_back(
     make: Factory, raw: Redis
 ) -> None:
     store = await make()
-    home = store.parts[0]
+    home = store.engine.parts[0]
     future = 2**52  # microseconds: far past this clock (a failover to a master ahead)
     await raw.set(home.keys.seq, future)
     jobs = [(await home.submit(single())).job for _ in range(3)]
@@ -345,10 +362,10 @@ async def test_equal_scores_in_two_partitions_claim_the_lower_partition_first(
     make: Factory, raw: Redis
 ) -> None:
     store = await make()
-    for part in store.parts:  # every partition hands out the same next score
+    for part in store.engine.parts:  # every partition hands out the same next score
         await raw.set(part.keys.seq, 2**52)
-    later = (await store.parts[2].submit(single())).job
-    earlier = (await store.parts[0].submit(single())).job
+    later = (await store.engine.parts[2].submit(single())).job
+    earlier = (await store.engine.parts[0].submit(single())).job
     positions = [(await store.get(TENANT, job.id)).queue_position for job in (earlier, later)]
     assert positions == [0, 1]
     claimed = await store.claim("w1", [MODEL], max_jobs=2)
@@ -362,7 +379,7 @@ async def _zset_reads(raw: Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
 
 
-async def _reads_of_a_get(store: PartitionedRedisStore, raw: Redis, job_id: str) -> int:
+async def _reads_of_a_get(store: RedisStore, raw: Redis, job_id: str) -> int:
     before = await _zset_reads(raw)
     await store.get(TENANT, job_id)
     return await _zset_reads(raw) - before
@@ -372,10 +389,10 @@ async def test_a_positions_cost_does_not_grow_with_the_other_partitions_queues(
     make: Factory, raw: Redis
 ) -> None:
     store = await make()
-    job = (await store.parts[0].submit(single())).job
+    job = (await store.engine.parts[0].submit(single())).job
     reads_short = await _reads_of_a_get(store, raw, job.id)
     queued = 20_000
-    for part in store.parts[1:]:  # long queues ahead of the job elsewhere
+    for part in store.engine.parts[1:]:  # long queues ahead of the job elsewhere
         await raw.zadd(part.keys.queue(MODEL, Priority.BATCH), {f"x{i}": i for i in range(queued)})
     reads_long = await _reads_of_a_get(store, raw, job.id)
     assert reads_long == reads_short
@@ -440,10 +457,10 @@ async def test_a_blocking_events_read_wakes_on_any_partitions_event(
     reading = asyncio.create_task(store.events(after=after, block=timedelta(seconds=60)))
 
     async def blocked() -> bool:
-        return store.waiting_event_reads() > 0
+        return store.engine.waiting_event_reads() > 0
 
     await assert_eventually(blocked, message="the read is not waiting")
-    job = (await store.parts[index].submit(single())).job
+    job = (await store.engine.parts[index].submit(single())).job
     events = await asyncio.wait_for(reading, 30)
     assert [e.job_id for e in events] == [job.id]
 
@@ -457,11 +474,11 @@ async def test_a_cursor_of_another_partition_count_is_refused(make: Factory) -> 
 # -- a claim over several partitions is given back whole -----------------------------
 
 
-async def _one_job_per_partition(store: PartitionedRedisStore) -> list[str]:
-    return [(await part.submit(single())).job.id for part in store.parts]
+async def _one_job_per_partition(store: RedisStore) -> list[str]:
+    return [(await part.submit(single())).job.id for part in store.engine.parts]
 
 
-async def _all_queued_again(store: PartitionedRedisStore, ids: list[str]) -> bool:
+async def _all_queued_again(store: RedisStore, ids: list[str]) -> bool:
     jobs = [await store.get(TENANT, job_id) for job_id in ids]
     return all(job.status is JobStatus.QUEUED and job.attempts == 0 for job in jobs)
 
@@ -475,7 +492,7 @@ async def test_a_partition_failing_a_claim_gives_back_the_others_leases(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("partition 1 is down")
 
-    monkeypatch.setattr(store.parts[1], "claim", broken)
+    monkeypatch.setattr(store.engine.parts[1], "claim", broken)
     with pytest.raises(StoreUnavailable):
         await store.claim("w1", [MODEL], max_jobs=3)
     assert await _all_queued_again(store, ids)
@@ -487,7 +504,7 @@ async def test_a_claim_whose_caller_is_gone_gives_back_every_partitions_leases(
     store = await make()
     ids = await _one_job_per_partition(store)
     reached, gate = asyncio.Event(), asyncio.Event()
-    real_claim = store.parts[1].claim
+    real_claim = store.engine.parts[1].claim
 
     async def slow(*args: Any, **kwargs: Any) -> Any:
         leases = await real_claim(*args, **kwargs)  # leased, not yet answered
@@ -495,7 +512,7 @@ async def test_a_claim_whose_caller_is_gone_gives_back_every_partitions_leases(
         await gate.wait()
         return leases
 
-    monkeypatch.setattr(store.parts[1], "claim", slow)
+    monkeypatch.setattr(store.engine.parts[1], "claim", slow)
     claiming = asyncio.create_task(store.claim("w1", [MODEL], max_jobs=3))
     await asyncio.wait_for(reached.wait(), 10)
     claiming.cancel()

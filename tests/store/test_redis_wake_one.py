@@ -1,6 +1,6 @@
 """A ready message wakes one waiting claim, not all of them (real redis-server).
 
-See store/redis_notify.py ("Claims listen with `wake_one`"). These run
+See store/redis/notify.py ("Claims listen with `wake_one`"). These run
 with `pushed_wake_ups_only`: the 5 s safety re-check is pushed out of
 reach, so a claim that gets a job got it through a pushed wake-up.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from store import StoreSettings
 from store.model import ClaimedJob, JobSpec, SubmitRequest
-from store.redis_store import RedisStore
+from store.redis import RedisStore
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 
@@ -46,13 +46,13 @@ async def store(redis_server: RedisServer, partition: str) -> AsyncIterator[Redi
 def attempts(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """One entry per claim script a claim on `store` runs, from now on."""
     seen: list[str] = []
-    claim_once: Callable[..., Awaitable[list[ClaimedJob]]] = store._claim_once
+    claim_once: Callable[..., Awaitable[list[ClaimedJob]]] = store.engine.claim_now
 
     async def counting(worker_id: str, *args: Any) -> list[ClaimedJob]:
         seen.append(worker_id)
         return await claim_once(worker_id, *args)
 
-    monkeypatch.setattr(store, "_claim_once", counting)
+    monkeypatch.setattr(store.engine, "claim_now", counting)
     return seen
 
 
@@ -119,7 +119,7 @@ async def test_a_woken_claim_cancelled_before_it_claims_hands_its_wake_on(
     store: RedisStore, attempts: list[str]
 ) -> None:
     tasks = await start_claims(store)
-    heard = store._notifier.on_ready
+    heard = store.engine.connection.notifier.on_ready
 
     def cancel_the_one_to_wake(channel: str, model: str, job_id: str) -> None:
         # called as the message is read, just before it wakes the claim that
@@ -127,7 +127,7 @@ async def test_a_woken_claim_cancelled_before_it_claims_hands_its_wake_on(
         tasks[0].cancel()
         heard(channel, model, job_id)
 
-    store._notifier.on_ready = cancel_the_one_to_wake
+    store.engine.connection.notifier.on_ready = cancel_the_one_to_wake
     attempts.clear()
     job = (await store.submit(request())).job
     claimed = await asyncio.wait_for(asyncio.shield(tasks[1]), PROMPTLY)

@@ -29,7 +29,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from store import Store, StoreError, StoreSettings, open_store, redis_store
+from store import Store, StoreError, StoreSettings, open_store
 from store.memory import LocalStore
 from store.model import (
     TERMINAL_STATUSES,
@@ -41,7 +41,8 @@ from store.model import (
     Priority,
     SubmitRequest,
 )
-from store.redis_store import RedisStore
+from store.redis import RedisStore
+from store.redis import connection as redis_connection
 from tests.redis_server import RedisServer
 
 T = TypeVar("T")
@@ -304,9 +305,12 @@ class StoreTwins(RuleBasedStateMachine):
         """Admission reads these counters: a drift would one day refuse every submit."""
         local, redis = self.stores
         assert isinstance(local, LocalStore) and isinstance(redis, RedisStore)
-        assert (local._live_by_tenant.get(TENANT, 0), local._live_total) == (live, live)
-        by_tenant = self.run(redis._client.hget(redis.keys.live, TENANT))
-        total = self.run(redis._client.get(redis.keys.live_total))
+        assert (
+            local.engine.state.live_by_tenant.get(TENANT, 0),
+            local.engine.state.live_total,
+        ) == (live, live)
+        by_tenant = self.run(redis.engine.connection.rpc.hget(redis.engine.owner.keys.live, TENANT))
+        total = self.run(redis.engine.connection.rpc.get(redis.engine.owner.keys.live_total))
         assert (int(by_tenant or 0), int(total or 0)) == (live, live)
 
 
@@ -318,8 +322,8 @@ def test_local_and_redis_stores_agree_on_random_histories(
     # This compares semantics, not failure detection: a loaded CI machine
     # that stalls one Redis reply past the 1 s socket timeout would make only
     # the Redis side raise StoreUnavailable and read as a disagreement.
-    monkeypatch.setattr(redis_store, "SOCKET_TIMEOUT", 30.0)
-    monkeypatch.setattr(redis_store, "CONNECT_TIMEOUT", 30.0)
+    monkeypatch.setattr(redis_connection, "SOCKET_TIMEOUT", 30.0)
+    monkeypatch.setattr(redis_connection, "CONNECT_TIMEOUT", 30.0)
     StoreTwins.redis_url = redis_server.url
     run_state_machine_as_test(
         StoreTwins,

@@ -1,0 +1,60 @@
+"""One job's stored, mutable state in memory (LocalEngine's), never handed out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from store.model import JobKind, JobStatus, Priority
+
+# What a set_result asked for, to recognise a repeat after a lost answer.
+Outcome = tuple[JobStatus, bool, str, bytes]
+
+
+@dataclass(slots=True)
+class Record:
+    """The stored, mutable state of one job; never handed out."""
+
+    id: str
+    tenant: str
+    kind: JobKind
+    status: JobStatus
+    priority: Priority
+    model: str
+    create_time: float
+    update_time: float
+    fingerprint: str = ""
+    payload: bytes = b""
+    content_type: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    idempotency_key: str = ""
+    attempts: int = 0
+    max_attempts: int = 0
+    queue_timeout: float = 0.0
+    run_timeout: float = 0.0
+    start_time: float | None = None
+    end_time: float | None = None
+    progress: float = 0.0
+    stage: str = ""
+    result: bytes = b""
+    result_content_type: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    parent_id: str = ""
+    child_index: int = 0
+    max_parallel: int = 0
+    worker_id: str = ""
+    cancel_requested: bool = False
+    # Bookkeeping below is not part of the Job snapshot.
+    seq: int = 0  # global enqueue order, to compare heads of different models
+    lease_id: str = ""  # the latest attempt's lease, kept after it ends
+    lease_deadline: float = 0.0
+    run_deadline: float = 0.0
+    outcome: Outcome | None = None  # what set_result recorded under lease_id
+    queue_deadline: float = 0.0
+    ready_at: float = 0.0  # end of a retry backoff (0 = not backing off)
+    expire_at: float | None = None
+    children: list[str] = field(default_factory=list)  # groups: ids in index order
+    next_held: int = 0  # groups: index of the next child to release
+    active_children: int = 0  # groups: children QUEUED or PROCESSING
+    ended_children: int = 0
+    completed_children: int = 0

@@ -1,0 +1,465 @@
+"""LocalEngine's state and its state machine: records, queues, counters, deadlines, events.
+
+Every step here is plain synchronous code: a transition made of several
+steps runs whole on the one event loop that owns the store. Callers get
+fresh `Job` snapshots only; records never leave this package.
+
+Cost: claim and queue position are O(log N) through one `OrderedQueue`
+per (model, priority); lease, run, retry, queue-timeout and TTL deadlines
+sit in heaps, so recovery pops only what fell due (entries made stale by a
+later transition are skipped).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+
+from store import policy
+from store.errors import InvalidRequest, JobNotFound, LeaseLost
+from store.memory.deadlines import (
+    Deadlines,
+    expiry_is_current,
+    lease_is_current,
+    queue_wait_is_current,
+    retry_is_current,
+    run_is_current,
+)
+from store.memory.queue import OrderedQueue
+from store.memory.record import Record
+from store.model import (
+    ERROR_ATTEMPTS_EXHAUSTED,
+    ERROR_CANCELLED,
+    ERROR_LEASE_EXPIRED,
+    ERROR_QUEUE_TIMEOUT,
+    ERROR_RUN_TIMEOUT,
+    PRIORITIES_IN_CLAIM_ORDER,
+    TERMINAL_STATUSES,
+    TRANSITIONS,
+    ChildSummary,
+    ClaimedJob,
+    Job,
+    JobEvent,
+    JobKind,
+    JobStatus,
+    Priority,
+    StoreSettings,
+)
+
+QueueKey = tuple[str, Priority]
+
+
+def dt(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=UTC)
+
+
+def _optional_dt(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else dt(timestamp)
+
+
+def event_number(event_id: str) -> int:
+    """Accept "N" (ours) and "N-M" (Redis stream style) positions."""
+    try:
+        return int(event_id.split("-", 1)[0])
+    except ValueError:
+        raise InvalidRequest("after", f"not an event id: {event_id!r}") from None
+
+
+class State:
+    """Everything LocalEngine holds, and the steps its transitions are made of."""
+
+    def __init__(self, settings: StoreSettings, clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.jobs: dict[str, Record] = {}
+        self.keys: dict[tuple[str, str], str] = {}
+        self.queues: dict[QueueKey, OrderedQueue] = {}
+        self.seq = 0
+        self.live_by_tenant: dict[str, int] = {}
+        self.live_total = 0
+        self.in_flight: dict[str, int] = {}
+        # Deadline heaps; an entry is acted on only if the record still matches it.
+        self.leases = Deadlines(lease_is_current)
+        self.runs = Deadlines(run_is_current)
+        self.retries = Deadlines(retry_is_current)
+        self.queue_waits = Deadlines(queue_wait_is_current)
+        self.expiries = Deadlines(expiry_is_current)
+        self.events: list[JobEvent] = []
+        self.first_event = 1
+        self.next_event = 1
+        self.captured: list[JobEvent] | None = None
+        # got a claimable job since the last wake-up
+        self.claimable_models: set[str] = set()
+
+    def keyed(self, tenant: str, key: str, now: float) -> Record | None:
+        job_id = self.keys.get((tenant, key))
+        if job_id is None:
+            return None
+        record = self.fresh(job_id, now)
+        if record is None:
+            self.keys.pop((tenant, key), None)
+        return record
+
+    def next_ready(self, models: Iterable[str]) -> Record | None:
+        for priority in PRIORITIES_IN_CLAIM_ORDER:
+            best: Record | None = None
+            for model in models:
+                queue = self.queues.get((model, priority))
+                head = queue.first() if queue else None
+                if head is None:
+                    continue
+                record = self.jobs[head]
+                if best is None or record.seq < best.seq:
+                    best = record
+            if best is not None:
+                return best
+        return None
+
+    def lease(self, record: Record, worker_id: str, now: float) -> ClaimedJob:
+        self.queue_of(record).take(record.id)
+        record.attempts += 1
+        record.worker_id = worker_id
+        record.lease_id = uuid.uuid4().hex
+        record.outcome = None
+        record.cancel_requested = False
+        record.start_time = now
+        record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
+        self.push(self.leases, record.lease_deadline, record, record.lease_id)
+        # A zero run_timeout means none (as RedisStore), not "already past".
+        if record.run_timeout > 0:
+            record.run_deadline = now + record.run_timeout
+            self.push(self.runs, record.run_deadline, record, record.lease_id)
+        self.transition(record, JobStatus.PROCESSING, now)
+        if record.parent_id:
+            parent = self.jobs[record.parent_id]
+            if parent.status is JobStatus.QUEUED:
+                parent.start_time = now
+                self.transition(parent, JobStatus.PROCESSING, now)
+        return ClaimedJob(
+            job=self.snapshot(record),
+            payload=record.payload,
+            lease_id=record.lease_id,
+            lease_expire_time=dt(record.lease_deadline),
+        )
+
+    def leased(self, job_id: str, lease_id: str) -> Record:
+        """The job if `lease_id` is its latest lease (live or just ended), else LeaseLost.
+
+        An id with no record at all is JobNotFound, as on the tenant side.
+        """
+        record = self.fresh(job_id, self.clock())
+        if record is None:
+            raise JobNotFound(f"job {job_id} not found", job_id=job_id)
+        if not lease_id or record.lease_id != lease_id:
+            raise LeaseLost(f"lease {lease_id} is not the lease of job {job_id}", job_id=job_id)
+        return record
+
+    # -- transitions ---------------------------------------------------------
+
+    def transition(self, record: Record, to: JobStatus, now: float) -> None:
+        before = record.status
+        if to not in TRANSITIONS[before]:
+            raise RuntimeError(f"job {record.id}: illegal transition {before} -> {to}")
+        record.status = to
+        record.update_time = now
+        if record.kind is not JobKind.GROUP:
+            if before is JobStatus.PROCESSING:
+                self.in_flight[record.model] -= 1
+            if to is JobStatus.PROCESSING:
+                self.in_flight[record.model] = self.in_flight.get(record.model, 0) + 1
+        self.emit(record, before, now)
+
+    def emit(self, record: Record, before: JobStatus | None, now: float) -> None:
+        event = JobEvent(
+            id=str(self.next_event),
+            job_id=record.id,
+            parent_job_id=record.parent_id,
+            tenant=record.tenant,
+            model=record.model,
+            priority=record.priority,
+            from_status=before,
+            to_status=record.status,
+            attempts=record.attempts,
+            worker_id=record.worker_id,
+            error_code=record.error_code,
+            time=dt(now),
+        )
+        self.next_event += 1
+        self.events.append(event)
+        if self.captured is not None:
+            self.captured.append(event)
+        cap = max(1, self.settings.events_max_length)
+        if len(self.events) > cap + max(1, cap // 10):
+            del self.events[: len(self.events) - cap]
+            self.first_event = int(self.events[0].id)
+
+    def enqueue(self, record: Record, now: float) -> None:
+        """First QUEUED: the job gets the next place in its queue."""
+        self.seq += 1
+        record.seq = self.seq
+        self.queue_of(record).append(record.id)
+        self.claimable_models.add(record.model)
+        self.start_queue_clock(record, now)
+
+    def start_queue_clock(self, record: Record, now: float) -> None:
+        # A zero queue_timeout means none (as RedisStore), not "already past".
+        if record.queue_timeout > 0:
+            record.queue_deadline = now + record.queue_timeout
+            self.push(self.queue_waits, record.queue_deadline, record)
+
+    def queue_of(self, record: Record) -> OrderedQueue:
+        key = (record.model, record.priority)
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = OrderedQueue()
+        return queue
+
+    def end(self, record: Record, to: JobStatus, now: float) -> None:
+        """A single job or a child reaches a terminal status."""
+        was_active = record.status in (JobStatus.QUEUED, JobStatus.PROCESSING)
+        self.transition(record, to, now)
+        record.end_time = now
+        record.ready_at = 0.0
+        self.queue_of(record).forget(record.id)
+        self.live_by_tenant[record.tenant] -= 1
+        self.live_total -= 1
+        if record.parent_id:
+            self.child_ended(record, was_active, now)
+        else:
+            self.set_expiry(record, now)
+
+    def retry_or_exhaust(
+        self, record: Record, error_code: str, error_message: str, now: float, *, backoff: bool
+    ) -> None:
+        """End an attempt that may be retried: requeue it, or fail it past max_attempts."""
+        parent = self.jobs.get(record.parent_id)
+        if parent is not None and parent.status is JobStatus.CANCELLED:
+            # a running child may finish its attempt after its group was
+            # cancelled, but a retry would queue work for a cancelled group
+            record.error_code = ERROR_CANCELLED
+            record.error_message = policy.GROUP_CANCELLED_MESSAGE
+            self.end(record, JobStatus.CANCELLED, now)
+            return
+        if record.attempts >= record.max_attempts:
+            record.error_code = ERROR_ATTEMPTS_EXHAUSTED
+            record.error_message = policy.exhausted_message(error_code, error_message)
+            self.end(record, JobStatus.FAILED, now)
+            return
+        record.error_code, record.error_message = error_code, error_message
+        self.transition(record, JobStatus.QUEUED, now)
+        self.start_queue_clock(record, now)
+        if backoff:
+            record.ready_at = (
+                now + policy.retry_delay(record.attempts, self.settings).total_seconds()
+            )
+            self.push(self.retries, record.ready_at, record)
+        else:
+            self.queue_of(record).restore(record.id)
+            self.claimable_models.add(record.model)
+
+    def release(self, record: Record, now: float) -> None:
+        """PROCESSING -> QUEUED as if the claim never happened (release.lua's twin)."""
+        record.attempts -= 1
+        record.lease_id = ""  # a late heartbeat or set_result with it is LEASE_LOST
+        parent = self.jobs.get(record.parent_id)
+        if parent is not None and parent.status is JobStatus.CANCELLED:
+            record.error_code = ERROR_CANCELLED
+            record.error_message = policy.GROUP_CANCELLED_MESSAGE
+            self.end(record, JobStatus.CANCELLED, now)
+            return
+        self.transition(record, JobStatus.QUEUED, now)
+        self.start_queue_clock(record, now)
+        self.queue_of(record).restore(record.id)
+        self.claimable_models.add(record.model)
+
+    def cancel_job(self, record: Record, reason: str, now: float) -> None:
+        record.cancel_requested = record.status is JobStatus.PROCESSING
+        record.error_code, record.error_message = ERROR_CANCELLED, reason
+        self.end(record, JobStatus.CANCELLED, now)
+
+    def cancel_group(self, parent: Record, reason: str, now: float) -> None:
+        parent.cancel_requested = parent.status is JobStatus.PROCESSING
+        parent.error_code, parent.error_message = ERROR_CANCELLED, reason
+        self.transition(parent, JobStatus.CANCELLED, now)
+        parent.end_time = now
+        for child_id in parent.children:
+            child = self.jobs[child_id]
+            if child.status in (JobStatus.HELD, JobStatus.QUEUED):
+                self.cancel_job(child, reason, now)
+        self.maybe_expire_group(parent, now)
+
+    # -- groups --------------------------------------------------------------
+
+    def release_held(self, parent: Record, now: float) -> None:
+        """Queue held children, lowest index first, while max_parallel allows."""
+        while parent.next_held < len(parent.children) and (
+            parent.max_parallel == 0 or parent.active_children < parent.max_parallel
+        ):
+            child = self.jobs[parent.children[parent.next_held]]
+            parent.next_held += 1
+            if child.status is not JobStatus.HELD:
+                continue
+            self.transition(child, JobStatus.QUEUED, now)
+            parent.active_children += 1
+            self.enqueue(child, now)
+
+    def child_ended(self, child: Record, was_active: bool, now: float) -> None:
+        parent = self.jobs[child.parent_id]
+        parent.ended_children += 1
+        if child.status is JobStatus.COMPLETED:
+            parent.completed_children += 1
+        if was_active:
+            parent.active_children -= 1
+        if parent.status in TERMINAL_STATUSES:
+            self.maybe_expire_group(parent, now)
+            return
+        total = len(parent.children)
+        parent.progress = parent.ended_children / total
+        parent.update_time = now
+        self.release_held(parent, now)
+        if parent.ended_children == total:
+            self.finish_group(parent, now)
+
+    def finish_group(self, parent: Record, now: float) -> None:
+        final, parent.error_message = policy.group_outcome(
+            len(parent.children), parent.completed_children
+        )
+        self.transition(parent, final, now)
+        parent.end_time = now
+        self.maybe_expire_group(parent, now)
+
+    def maybe_expire_group(self, parent: Record, now: float) -> None:
+        """Once the parent and every child are terminal, they all expire together."""
+        if parent.ended_children == len(parent.children) and parent.expire_at is None:
+            self.set_expiry(parent, now)
+
+    def set_expiry(self, record: Record, now: float) -> None:
+        record.expire_at = now + self.settings.result_ttl.total_seconds()
+        for child_id in record.children:
+            self.jobs[child_id].expire_at = record.expire_at
+        self.expiries.push(record.expire_at, record.id)
+
+    # -- recovery ------------------------------------------------------------
+
+    def push(self, deadlines: Deadlines, deadline: float, record: Record, token: str = "") -> None:
+        deadlines.push(deadline, record.id, token)
+        deadlines.sweep(self.jobs, self.live_total)
+
+    def recover_run_timeouts(self, now: float) -> None:
+        for record in self.runs.due(now, self.jobs):
+            message = policy.RUN_TIMEOUT_MESSAGE.format(attempts=record.attempts)
+            self.retry_or_exhaust(record, ERROR_RUN_TIMEOUT, message, now, backoff=True)
+
+    def recover_leases(self, now: float) -> None:
+        for record in self.leases.due(now, self.jobs):
+            message = policy.LEASE_EXPIRED_MESSAGE.format(attempts=record.attempts)
+            self.retry_or_exhaust(record, ERROR_LEASE_EXPIRED, message, now, backoff=False)
+
+    def recover_retries(self, now: float) -> bool:
+        promoted = False
+        for record in self.retries.due(now, self.jobs):
+            record.ready_at = 0.0
+            self.queue_of(record).restore(record.id)
+            self.claimable_models.add(record.model)
+            promoted = True
+        return promoted
+
+    def recover_queue_timeouts(self, now: float) -> None:
+        for record in self.queue_waits.due(now, self.jobs):
+            record.error_code = ERROR_QUEUE_TIMEOUT
+            record.error_message = policy.QUEUE_TIMEOUT_MESSAGE
+            self.end(record, JobStatus.FAILED, now)
+
+    def recover_expiries(self, now: float) -> None:
+        for record in self.expiries.due(now, self.jobs):
+            self.fresh(record.id, now)
+
+    # -- reads ---------------------------------------------------------------
+
+    def fresh(self, job_id: str, now: float) -> Record | None:
+        """The record, unless its result_ttl ran out (then it is dropped)."""
+        record = self.jobs.get(job_id)
+        if record is not None and record.expire_at is not None and record.expire_at <= now:
+            self.purge(record)
+            return None
+        return record
+
+    def purge(self, record: Record) -> None:
+        if record.parent_id and record.parent_id in self.jobs:
+            record = self.jobs[record.parent_id]
+        for job_id in [*record.children, record.id]:
+            gone = self.jobs.pop(job_id, None)
+            if gone and gone.idempotency_key and not gone.parent_id:
+                key = (gone.tenant, gone.idempotency_key)
+                if self.keys.get(key) == job_id:
+                    del self.keys[key]
+
+    def visible_record(self, tenant: str, job_id: str) -> Record:
+        record = self.fresh(job_id, self.clock())
+        if record is None or record.tenant != tenant:
+            raise JobNotFound(f"job {job_id} not found", job_id=job_id)
+        return record
+
+    def position(self, record: Record) -> int | None:
+        if record.status is not JobStatus.QUEUED or record.kind is JobKind.GROUP:
+            return None
+        queue = self.queues.get((record.model, record.priority))
+        if queue is None or record.id not in queue:
+            return None
+        ahead = queue.rank(record.id)
+        for priority in PRIORITIES_IN_CLAIM_ORDER:
+            if priority >= record.priority:
+                break
+            higher = self.queues.get((record.model, priority))
+            ahead += len(higher) if higher else 0
+        return ahead
+
+    def snapshot(self, record: Record) -> Job:
+        children: tuple[ChildSummary, ...] = ()
+        if record.kind is JobKind.GROUP:
+            children = tuple(
+                ChildSummary(
+                    id=child.id,
+                    child_index=child.child_index,
+                    status=child.status,
+                    error_code=child.error_code,
+                )
+                for child in (self.jobs[child_id] for child_id in record.children)
+            )
+        return Job(
+            id=record.id,
+            tenant=record.tenant,
+            kind=record.kind,
+            status=record.status,
+            priority=record.priority,
+            model=record.model,
+            create_time=dt(record.create_time),
+            update_time=dt(record.update_time),
+            content_type=record.content_type,
+            labels=dict(record.labels),
+            idempotency_key=record.idempotency_key,
+            attempts=record.attempts,
+            max_attempts=record.max_attempts,
+            start_time=_optional_dt(record.start_time),
+            end_time=_optional_dt(record.end_time),
+            queue_position=self.position(record),
+            progress=record.progress,
+            stage=record.stage,
+            result=record.result,
+            result_content_type=record.result_content_type,
+            error_code=record.error_code,
+            error_message=record.error_message,
+            parent_id=record.parent_id,
+            child_index=record.child_index,
+            max_parallel=record.max_parallel,
+            children=children,
+            worker_id=record.worker_id,
+            cancel_requested=record.cancel_requested,
+            queue_timeout=timedelta(seconds=record.queue_timeout),
+            run_timeout=timedelta(seconds=record.run_timeout),
+        )
+
+    def events_after(self, start: int, count: int) -> list[JobEvent]:
+        index = max(0, start + 1 - self.first_event)
+        return self.events[index : index + max(0, count)]

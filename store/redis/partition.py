@@ -1,0 +1,656 @@
+"""The transitions of one partition: one hash tag, one Lua script per state change.
+
+A `Partition` runs the scripts of store/lua/ on the keys of its hash tag
+(store/keys.py), on the store's shared `Connection`. Every hot-path call
+(submit, get, claim, heartbeat, set_result, cancel) is one EVALSHA round
+trip in the steady state; a script that meets a job id or model its call did
+not declare asks for it before writing anything and is called again with it
+declared (store/redis/calls.py). Each mutating call carries its own operation
+key, so redis-py's resend after a broken connection answers the first run's
+outcome instead of running the transition twice (docs/store-semantics.md,
+"Exactly once per call"). A claim whose caller is gone, or whose outcome is
+unknown, is given back in the background.
+
+What spans partitions (where a job goes, claim order across them, caps and
+positions over the deployment, merged events) is RedisEngine's
+(store/redis/engine.py); a partition knows only its own keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import timedelta
+from typing import Any
+
+from store import tokens
+from store.codes import error_for
+from store.errors import FailureHook, InvalidRequest, StoreError, StoreUnavailable, reporting
+from store.keys import Declared, Keys
+from store.model import (
+    PRIORITIES_IN_CLAIM_ORDER,
+    CancelResult,
+    ClaimedJob,
+    GroupSpec,
+    HeartbeatResult,
+    Job,
+    JobEvent,
+    JobKind,
+    JobSpec,
+    JobStatus,
+    Priority,
+    ReportAnswer,
+    ReportedAndClaimed,
+    ResultRecorded,
+    ResultReport,
+    StoreSettings,
+    SubmitRequest,
+    SubmitResult,
+)
+from store.policy import child_key, limits
+from store.redis.calls import DECLARE_ROUNDS, ScriptCall, declare_needed, keys_needed, texts
+from store.redis.codec import (
+    claimed_from_reply,
+    event_from_emitted,
+    event_from_fields,
+    job_from_snapshot,
+    ms_to_datetime,
+    queue_score,
+    record,
+    to_ms,
+)
+from store.redis.connection import SOCKET_TIMEOUT, Connection, text, translated
+from store.redis.hints import Hints
+from store.redis.scripts import ArgValue
+
+log = logging.getLogger("store.redis")
+
+# Due items handled per recovery script call.
+RECOVER_BATCH = 100
+# A claim whose caller is gone is undone in the background; these bound it.
+RELEASE_ATTEMPTS = 5
+RELEASE_RETRY_DELAY = 0.2
+# close() waits this long for such releases before dropping them (their
+# leases then expire after lease_timeout, as after a crash).
+RELEASE_GRACE = 2.0
+# A claim that stops at an undeclared queue head asks for this many head ids
+# per queue, times CLAIM_PEEK_GROWTH for each round in a row that other
+# claimers left with nothing, up to CLAIM_PEEK_MAX.
+CLAIM_PEEK = 4
+CLAIM_PEEK_GROWTH = 4
+CLAIM_PEEK_MAX = 64
+
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
+
+#: (max_live_per_tenant, max_live_total) as one partition applies them.
+Caps = tuple[int, int]
+
+
+def _check_code(reply: Any, job_id: str = "", max_group_children: int = 0) -> None:
+    if isinstance(reply, list) and reply and isinstance(reply[0], int) and reply[0] < 0:
+        raise error_for(reply[0], job_id, max_group_children)
+
+
+class Partition:
+    """One hash tag's transitions (see the module docstring)."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        keys: Keys,
+        settings: StoreSettings,
+        hints: Hints,
+        new_id: Callable[[], str],
+        failures: FailureHook,
+    ) -> None:
+        self.connection = connection
+        self.keys = keys
+        self.settings = settings
+        self._hints = hints
+        # where ids come from (on several partitions: ids of this one)
+        self.new_id = new_id
+        # Reports the failures of background work (releases of abandoned claims).
+        self._failures = failures
+        self._background: set[asyncio.Task[None]] = set()
+
+    # Calls ---------------------------------------------------------------------
+    def _common_args(self) -> list[ArgValue]:
+        """ARGV[1..4] of every transition script (includes/common.lua)."""
+        return [
+            self.keys.notify,
+            self.keys.changes,
+            self.settings.events_max_length,
+            to_ms(self.settings.result_ttl),
+        ]
+
+    def _op_key(self) -> str:
+        """A fresh operation key: the last KEY of a transition that must run once per call."""
+        return self.keys.op(tokens.operation_id())
+
+    async def call_once(self, call: ScriptCall) -> Any:
+        """One round of `call` (its reply may ask for keys)."""
+        keys, args = call.keys_and_args(self.keys, self._common_args())
+        return await self.connection.run(call.name, call.script, keys, args, call.client)
+
+    async def call(self, call: ScriptCall) -> Any:
+        """Run `call` until it stops asking for keys (DECLARE_ROUNDS at most)."""
+        for _ in range(DECLARE_ROUNDS):
+            reply = await self.call_once(call)
+            if not keys_needed(reply):
+                return reply
+            declare_needed(call.script, call.declared, reply[1:])
+        raise StoreError(
+            f"{call.script}.lua still met undeclared keys after {DECLARE_ROUNDS} calls"
+        )
+
+    def _job(self, snapshot: Any) -> Job:
+        job = job_from_snapshot(snapshot)
+        self._hints.learn(job, self.keys)
+        return job
+
+    def _claimed(self, entry: Any) -> ClaimedJob:
+        """claim_jobs.lua's entry; its 5th item (held siblings) is a hint for the end."""
+        claimed = claimed_from_reply(entry[:4])
+        self._hints.learn(claimed.job, self.keys)
+        if len(entry) > 4:
+            self._hints.add_ids(claimed.job.id, texts(entry[4]))
+        return claimed
+
+    # Submit --------------------------------------------------------------------
+    async def submit(self, request: SubmitRequest, caps: Caps | None = None) -> SubmitResult:
+        """The job's queue position is counted in this partition only; `caps` are the
+        settings' unless given (the engine's, with other partitions counted)."""
+        caps = caps or self._caps()
+        spec, payloads = self._spec(request)
+        keys = []
+        if request.idempotency_key:
+            keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+        args: list[ArgValue] = [
+            request.tenant,
+            request.fingerprint(),
+            *caps,
+            self.settings.max_group_children,
+            json.dumps(spec),
+            1 if keys else 0,
+            *payloads,
+        ]
+        declared = _spec_declared(spec)
+        reply = await self.call(ScriptCall("submit", args, declared, keys, [self._op_key()]))
+        _check_code(reply, max_group_children=self.settings.max_group_children)
+        return SubmitResult(self._submitted(reply[2]), bool(reply[1]))
+
+    def _caps(self) -> Caps:
+        return self.settings.max_live_per_tenant, self.settings.max_live_total
+
+    def _submitted(self, snapshot: Any) -> Job:
+        job = self._job(snapshot)
+        if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
+            self._hints.heard_ready(self.keys.notify, job.model, job.id)
+        return job
+
+    async def submit_batch(
+        self, requests: Sequence[SubmitRequest], caps: Caps | None = None
+    ) -> list[SubmitResult]:
+        caps = caps or self._caps()
+        transition_keys = self.keys.transition_keys()
+        keys: list[str] = []
+        items: list[ArgValue] = []
+        payloads: list[ArgValue] = []
+        declared = Declared()
+        for request in requests:
+            spec, item_payloads = self._spec(request)
+            item_declared = _spec_declared(spec)
+            declared.add(item_declared.ids, item_declared.models)
+            key_index = 0
+            if request.idempotency_key:
+                keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
+                key_index = len(transition_keys) + len(keys)  # Lua's 1-based KEYS index
+            # Only a keyed item is ever compared, so only it pays for the digest.
+            fingerprint = request.fingerprint() if request.idempotency_key else ""
+            items.append(
+                json.dumps(
+                    {**spec, "tenant": request.tenant, "fingerprint": fingerprint, "key": key_index}
+                )
+            )
+            payloads.extend(item_payloads)
+        s = self.settings
+        args: list[ArgValue] = [*caps, s.max_group_children, len(items), *items, *payloads]
+        reply = await self.call(ScriptCall("submit_batch", args, declared, keys, [self._op_key()]))
+        if reply[0] < 0:
+            error = error_for(reply[0], max_group_children=s.max_group_children)
+            raise error.for_item(int(reply[1]))
+        return [
+            SubmitResult(self._submitted(snap), bool(flag))
+            for flag, snap in zip(reply[1], reply[2], strict=True)
+        ]
+
+    def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
+        effective = limits(spec, self.settings)
+        return {
+            "id": self.new_id(),
+            "model": spec.model,
+            "content_type": spec.content_type,
+            "labels": json.dumps(dict(spec.labels), sort_keys=True),
+            "max_attempts": effective.max_attempts,
+            "queue_timeout": to_ms(effective.queue_timeout),
+            "run_timeout": to_ms(effective.run_timeout),
+            "idempotency_key": idempotency_key,
+        }
+
+    def _spec(self, request: SubmitRequest) -> tuple[dict[str, Any], list[bytes]]:
+        key = request.idempotency_key
+        work = request.work
+        if isinstance(work, GroupSpec):
+            children = [
+                self._job_spec(child, child_key(key, index))
+                for index, child in enumerate(work.children)
+            ]
+            parent: dict[str, Any] = {
+                "id": self.new_id(),
+                "model": work.children[0].model if work.children else "",
+                "content_type": "",
+                "labels": "{}",
+                "max_attempts": 0,
+                "queue_timeout": 0,
+                "run_timeout": 0,
+                "idempotency_key": key,
+            }
+            spec = {
+                **parent,
+                "kind": JobKind.GROUP.value,
+                "priority": int(request.priority),
+                "max_parallel": max(0, work.max_parallel),
+                "jobs": children,
+            }
+            return spec, [child.payload for child in work.children]
+        single = self._job_spec(work, key)
+        spec = {
+            "kind": JobKind.SINGLE.value,
+            "id": single["id"],
+            "priority": int(request.priority),
+            "max_parallel": 0,
+            "jobs": [single],
+        }
+        return spec, [work.payload]
+
+    # Reads ---------------------------------------------------------------------
+    async def get(self, tenant: str, job_id: str, operation: str = "get") -> tuple[Job, str]:
+        """The job (its position counted in this partition) and its queue score."""
+        call = ScriptCall(
+            "get",
+            [job_id, tenant],
+            self._hints.hinted(job_id),
+            operation=operation,
+            transition=False,
+        )
+        reply = await self.call(call)
+        _check_code(reply, job_id)
+        return self._job(reply[1]), queue_score(reply[1])
+
+    async def payload(self, tenant: str, job_id: str) -> bytes:
+        keys = [self.keys.job(job_id), self.keys.payload(job_id)]
+        reply = await self.connection.run("payload", "payload", keys, [tenant])
+        _check_code(reply, job_id)
+        return bytes(reply[1])
+
+    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+        call = ScriptCall(
+            "children",
+            [job_id, tenant],
+            self._hints.hinted(job_id),
+            operation="list_children",
+            transition=False,
+        )
+        reply = await self.call(call)
+        _check_code(reply, job_id)
+        jobs = [self._job(snap) for snap in reply[1]]
+        return sorted(jobs, key=lambda job: job.child_index)
+
+    # Claim ---------------------------------------------------------------------
+    async def claim(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+        """Claim up to max_jobs of `models` now (no wait), in claim order."""
+        declared = self._hints.claim_declared(self.keys, models)
+        entries, needed = await self._claim_round(worker_id, models, max_jobs, declared)
+        return await self._claim_rest(worker_id, models, max_jobs, entries, declared, needed)
+
+    async def _claim_rest(
+        self,
+        worker_id: str,
+        models: list[str],
+        max_jobs: int,
+        claimed: list[ClaimedJob],
+        declared: Declared,
+        needed: list[str],
+    ) -> list[ClaimedJob]:
+        """While a claim stopped at heads it had not declared, claim on with them declared.
+
+        Each job's claim is a complete transition, so the claimed ones stand;
+        only DECLARE_ROUNDS rounds in a row that claim nothing fail the call.
+        """
+        stalls = 0
+        while needed and len(claimed) < max_jobs:
+            declare_needed("claim", declared, [needed, [], []])
+            # heads lost to other claimers: ask for more of them next time
+            peek = min(CLAIM_PEEK * CLAIM_PEEK_GROWTH**stalls, CLAIM_PEEK_MAX)
+            entries, needed = await self._claim_round(
+                worker_id, models, max_jobs - len(claimed), declared, peek
+            )
+            claimed += entries
+            stalls = 0 if entries else stalls + 1
+            if stalls >= DECLARE_ROUNDS and needed:
+                if claimed:
+                    break
+                raise StoreError(
+                    f"claim.lua still met undeclared heads after {DECLARE_ROUNDS} calls"
+                )
+        return claimed
+
+    async def _claim_round(
+        self,
+        worker_id: str,
+        models: list[str],
+        max_jobs: int,
+        declared: Declared,
+        peek: int = CLAIM_PEEK,
+    ) -> tuple[list[ClaimedJob], list[str]]:
+        """One claim.lua call: the jobs claimed and the head ids it stopped for."""
+        args: list[ArgValue] = [
+            worker_id,
+            to_ms(self.settings.lease_timeout),
+            max_jobs,
+            peek,
+            len(models),
+            *models,
+            *tokens.lease_ids(max_jobs),
+        ]
+        op_key = self._op_key()
+        call = ScriptCall("claim", args, declared, trailing=[op_key])
+        entries, needed, hints = await self._shielded_claim(op_key, declared, self.call_once(call))
+        claimed = [self._claimed(entry) for entry in entries]
+        self._hints.heads_seen(self.keys, models, texts(hints), claimed)
+        return claimed, texts(needed)
+
+    async def _shielded_claim(
+        self,
+        op_key: str,
+        declared: Declared,
+        script: Coroutine[Any, Any, Any],
+        claims: bool = True,
+    ) -> Any:
+        """Run a claiming script; if its caller is gone or its outcome unknown, undo its leases."""
+        call = asyncio.ensure_future(script)
+        try:
+            # shielded: a caller cancelled now must not drop leases the script made
+            return await asyncio.shield(call)
+        except (asyncio.CancelledError, StoreUnavailable):
+            # cancelled, a timeout, or the connection broke again: the script may have run
+            if claims:
+                self._in_background(self._undo_claim(op_key, declared, call))
+            raise
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _undo_claim(
+        self, op_key: str, claim_declared: Declared, call: asyncio.Future[Any]
+    ) -> None:
+        """Once the claim call settled, give back whatever it leased (nobody got it).
+
+        It runs even while the store closes (close() waits RELEASE_GRACE for it).
+        The claim could lease only ids it declared, so the release declares them.
+        """
+        await asyncio.wait([call])
+        declared = Declared(list(claim_declared.ids), list(claim_declared.models))
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                with reporting(self._failures, "release"), translated("release"):
+                    released = await self._release_claim(op_key, declared)
+            except StoreError as error:
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    await asyncio.sleep(RELEASE_RETRY_DELAY)
+                    continue
+                log.warning(
+                    "could not release an abandoned claim (%s); its leases expire after "
+                    "the lease timeout",
+                    error,
+                )
+                return
+            if released:
+                log.info("released %d lease(s) of a claim whose caller was gone", released)
+            return
+
+    async def _release_claim(self, op_key: str, declared: Declared) -> int:
+        """release.lua of a claim's operation key, on a store that may be closing."""
+        call = ScriptCall("release", [1], declared, trailing=[op_key])
+        for _ in range(DECLARE_ROUNDS):
+            keys, args = call.keys_and_args(self.keys, self._common_args())
+            reply = await self.connection.scripts.run(self.connection.rpc, "release", keys, args)
+            if not keys_needed(reply):
+                return int(reply)
+            declare_needed("release", declared, reply[1:])
+        raise StoreError(f"release.lua still met undeclared keys after {DECLARE_ROUNDS} calls")
+
+    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        args: list[ArgValue] = [0]
+        args += [value for item in leases for value in (item.job.id, item.lease_id)]
+        declared = self._hints.hinted(*(item.job.id for item in leases))
+        return int(await self.call(ScriptCall("release", args, declared)))
+
+    async def heartbeat(
+        self, job_id: str, lease_id: str, progress: float, stage: str
+    ) -> HeartbeatResult:
+        args: list[ArgValue] = [
+            job_id,
+            lease_id,
+            repr(progress),
+            stage,
+            to_ms(self.settings.lease_timeout),
+        ]
+        reply = await self.call(ScriptCall("heartbeat", args, Declared([job_id])))
+        _check_code(reply, job_id)
+        return HeartbeatResult(
+            lease_expire_time=ms_to_datetime(reply[1]), cancel_requested=bool(reply[2])
+        )
+
+    def _backoff(self) -> list[ArgValue]:
+        s = self.settings
+        return [to_ms(s.retry_backoff_base), to_ms(s.retry_backoff_max)]
+
+    async def record_result(
+        self, job_id: str, lease_id: str, report: ResultReport
+    ) -> ResultRecorded:
+        args: list[ArgValue] = [job_id, lease_id, *_report_args(report), *self._backoff()]
+        call = ScriptCall("set_result", args, self._hints.hinted(job_id), trailing=[self._op_key()])
+        reply = await self.call(call)
+        _check_code(reply, job_id)
+        return ResultRecorded(self._job(reply[1]), applied=reply[2] == 1)
+
+    async def report_and_claim(
+        self,
+        worker_id: str,
+        models: list[str],
+        results: Sequence[tuple[str, str, ResultReport]],
+        max_jobs: int,
+    ) -> ReportedAndClaimed:
+        """The results and a claim of up to max_jobs (0: none) in one script."""
+        declared = self._hints.claim_declared(
+            self.keys, models, self._hints.hinted(*(job_id for job_id, _, _ in results))
+        )
+        claim_op = self._op_key()
+        args: list[ArgValue] = [
+            worker_id,
+            to_ms(self.settings.lease_timeout),
+            max_jobs,
+            len(models),
+            len(results),
+            *self._backoff(),
+        ]
+        for job_id, lease_id, report in results:
+            args += [job_id, lease_id, *_report_args(report)]
+        args += [*models, *tokens.lease_ids(max_jobs)]
+        call = ScriptCall("report_and_claim", args, declared, trailing=[self._op_key(), claim_op])
+        reply = await self._shielded_claim(claim_op, declared, self.call(call), max_jobs > 0)
+        answers = [
+            self._report_answer(job_id, code, snapshot)
+            for (job_id, _, _), (code, snapshot) in zip(results, reply[0], strict=True)
+        ]
+        claimed = [self._claimed(entry) for entry in reply[1]]
+        if models:
+            self._hints.heads_seen(self.keys, models, texts(reply[3]), claimed)
+        needed = texts(reply[2])
+        claimed = await self._claim_rest(worker_id, models, max_jobs, claimed, declared, needed)
+        return ReportedAndClaimed(answers, claimed)
+
+    def _report_answer(self, job_id: str, code: int, snapshot: Any) -> ReportAnswer:
+        if code < 0:
+            return ReportAnswer(job_id, refused=error_for(code, job_id))
+        return ReportAnswer(job_id, ResultRecorded(self._job(snapshot), applied=code == 1))
+
+    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+        call = ScriptCall(
+            "cancel",
+            [job_id, tenant, reason],
+            self._hints.hinted(job_id),
+            trailing=[self._op_key()],
+        )
+        reply = await self.call(call)
+        _check_code(reply, job_id)
+        return CancelResult(job=self._job(reply[1]), cancelled=reply[0] == 1)
+
+    # Recovery ------------------------------------------------------------------
+    async def recover(self) -> list[JobEvent]:
+        events: list[JobEvent] = []
+        for name, extra in (
+            ("recover_run_timeouts", self._backoff()),
+            ("recover_leases", []),
+            ("recover_retries", []),
+            ("recover_queue_timeouts", []),
+        ):
+            events += await self._recover_all(name, extra)
+        return events
+
+    async def _recover_all(self, name: str, extra: Sequence[ArgValue]) -> list[JobEvent]:
+        """Run one recovery script until nothing is due, in batches of RECOVER_BATCH.
+
+        A batch stops before a due id it did not declare (includes/recover.lua);
+        the next call declares what it asked for. DECLARE_ROUNDS calls in a
+        row that handle nothing fail the call.
+        """
+        events: list[JobEvent] = []
+        call = ScriptCall(
+            name, [RECOVER_BATCH, *extra], operation="recover", client=self.connection.control
+        )
+        stalls = 0
+        while True:
+            handled, emitted, needed = await self.call_once(call)
+            events.extend(event_from_emitted(entry) for entry in emitted)
+            if any(needed):
+                stalls = 0 if handled else stalls + 1
+                if stalls >= DECLARE_ROUNDS:
+                    raise StoreError(
+                        f"{name}.lua still met undeclared keys after {DECLARE_ROUNDS} calls"
+                    )
+                declare_needed(name, call.declared, needed)
+            elif handled < RECOVER_BATCH:
+                return events
+            else:
+                call.declared = Declared()
+
+    async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
+        reply = await self.connection.run(
+            "acquire_leadership",
+            "acquire_leadership",
+            [self.keys.leader],
+            [holder, to_ms(ttl)],
+            client=self.connection.control,
+        )
+        return bool(reply)
+
+    # Events and gauges -----------------------------------------------------------
+    async def events(
+        self, after: str = "0", count: int = 100, block: timedelta | None = None
+    ) -> list[JobEvent]:
+        if not _STREAM_ID.fullmatch(after):
+            raise InvalidRequest("after", f"not an event id: {after!r}")
+        connection = self.connection
+        streams: dict[Any, Any] = {self.keys.events: after}
+        connection.check_open()
+        with translated("events"):
+            if block is None:
+                reply: Any = await connection.rpc.xread(streams, count=count)
+            else:
+                block_ms = max(to_ms(block), 1)
+                reply = await asyncio.wait_for(
+                    connection.blocking.xread(streams, count=count, block=block_ms),
+                    block.total_seconds() + SOCKET_TIMEOUT,
+                )
+        if not reply:
+            return []
+        _, entries = reply[0]
+        return [
+            event_from_fields(entry_id.decode(), {k.decode(): v for k, v in fields.items()})
+            for entry_id, fields in entries
+        ]
+
+    async def newest_event_id(self) -> str:
+        self.connection.check_open()
+        with translated("newest_event_id"):
+            newest: Any = await self.connection.rpc.xrevrange(self.keys.events, count=1)
+        return text(newest[0][0]) if newest else "0"
+
+    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+        client = self.connection.rpc
+        self.connection.check_open()
+        with translated("queue_depths"):
+            members: Any = await client.smembers(self.keys.models)
+            models = sorted(m.decode() for m in members)
+            pairs = [(m, p) for m in models for p in PRIORITIES_IN_CLAIM_ORDER]
+            async with client.pipeline(transaction=False) as pipe:
+                for model, priority in pairs:
+                    pipe.zcard(self.keys.queue(model, priority))
+                sizes = await pipe.execute()
+        return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
+
+    async def in_flight(self) -> dict[str, int]:
+        client = self.connection.rpc
+        self.connection.check_open()
+        with translated("in_flight"):
+            models: Any = await client.smembers(self.keys.models)
+            counts: Any = await client.hgetall(self.keys.in_flight)
+        flat = record([item for pair in counts.items() for item in pair])
+        result = {m.decode(): 0 for m in models}
+        result.update({model: int(count) for model, count in flat.items()})
+        return result
+
+    async def drain(self) -> None:
+        """Wait (up to RELEASE_GRACE) for the releases of abandoned claims."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=RELEASE_GRACE)
+
+    @property
+    def releasing(self) -> int:
+        """Releases of abandoned claims still running (tests)."""
+        return len(self._background)
+
+
+def _report_args(report: ResultReport) -> list[ArgValue]:
+    return [
+        report.status.value,
+        report.result,
+        report.result_content_type,
+        report.error_code,
+        report.error_message,
+        1 if report.retryable else 0,
+    ]
+
+
+def _spec_declared(spec: dict[str, Any]) -> Declared:
+    """A submit's declaration: every job id it creates (the root, the
+    children) and every model they queue on."""
+    jobs = spec["jobs"]
+    return Declared([spec["id"], *(job["id"] for job in jobs)], [job["model"] for job in jobs])
