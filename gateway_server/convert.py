@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
 from jobgate.v1 import job_pb2, job_service_pb2
 from serving.convert import PRIORITY_FROM_PROTO, duration_or_none
 from store.model import GroupSpec, JobSpec, SubmitRequest
@@ -25,16 +30,21 @@ def submit_request(tenant: str, request: job_service_pb2.SubmitRequest) -> Submi
     )
 
 
+def _from_proto(kind: object) -> Callable[[Any], object]:
+    if kind == timedelta | None:
+        return duration_or_none
+    if kind == Mapping[str, str]:
+        return dict
+    return lambda value: value
+
+
+#: Every store JobSpec field, read from the proto field of the same name: a
+#: new one needs no line here.
+_SPEC_FIELDS = [(name, _from_proto(kind)) for name, kind in typing.get_type_hints(JobSpec).items()]
+
+
 def job_spec(spec: job_pb2.JobSpec) -> JobSpec:
-    return JobSpec(
-        model=spec.model,
-        payload=spec.payload,
-        content_type=spec.content_type,
-        labels=dict(spec.labels),
-        max_attempts=spec.max_attempts,
-        queue_timeout=duration_or_none(spec.queue_timeout),
-        run_timeout=duration_or_none(spec.run_timeout),
-    )
+    return JobSpec(**{name: convert(getattr(spec, name)) for name, convert in _SPEC_FIELDS})  # type: ignore[arg-type]
 
 
 def specs_of(request: SubmitRequest) -> tuple[JobSpec, ...]:

@@ -7,11 +7,14 @@ built from those names so the two cannot drift apart silently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from jobgate.v1 import job_pb2
+from store import fields
 from store.model import ChildSummary, Job, JobKind, JobStatus, Priority
 
 STATUS_TO_PROTO: dict[JobStatus, job_pb2.JobStatus.ValueType] = {
@@ -42,41 +45,43 @@ def duration_or_none(value: duration_pb2.Duration) -> timedelta | None:
     return delta if delta > timedelta(0) else None
 
 
+def _proto_value(name: str, kind: fields.Kind) -> Callable[[Any], object]:
+    """A store Job value -> what job_pb2.Job takes for the field (None: leave it unset)."""
+    by_kind: dict[fields.Kind, Callable[[Any], object]] = {
+        fields.Kind.TIME: timestamp,
+        fields.Kind.OPTIONAL_TIME: lambda value: None if value is None else timestamp(value),
+        fields.Kind.LABELS: dict,
+        fields.Kind.STATUS: STATUS_TO_PROTO.__getitem__,
+        fields.Kind.KIND: KIND_TO_PROTO.__getitem__,
+        fields.Kind.PRIORITY: PRIORITY_TO_PROTO.__getitem__,
+    }
+    if name == "children":
+        return lambda children: [child_to_proto(child) for child in children]
+    return by_kind.get(kind, lambda value: value)
+
+
+#: Every field of the store's Job that the proto Job has, with its converter:
+#: a new field needs no line here (store/fields.py).
+_PROTO_FIELDS = [
+    (f.name, _proto_value(f.name, f.kind))
+    for f in fields.JOB_FIELDS
+    if f.name in job_pb2.Job.DESCRIPTOR.fields_by_name
+]
+
+
+_OPTIONAL = frozenset(
+    name for name, field in job_pb2.Job.DESCRIPTOR.fields_by_name.items() if field.has_presence
+) - {f.name for f in fields.JOB_FIELDS if f.kind in (fields.Kind.TIME, fields.Kind.OPTIONAL_TIME)}
+
+
 def job_to_proto(job: Job) -> job_pb2.Job:
-    message = job_pb2.Job(
-        id=job.id,
-        tenant=job.tenant,
-        kind=KIND_TO_PROTO[job.kind],
-        status=STATUS_TO_PROTO[job.status],
-        priority=PRIORITY_TO_PROTO[job.priority],
-        model=job.model,
-        content_type=job.content_type,
-        labels=dict(job.labels),
-        idempotency_key=job.idempotency_key,
-        attempts=job.attempts,
-        max_attempts=job.max_attempts,
-        create_time=timestamp(job.create_time),
-        update_time=timestamp(job.update_time),
-        progress=job.progress,
-        stage=job.stage,
-        result=job.result,
-        result_content_type=job.result_content_type,
-        error_code=job.error_code,
-        error_message=job.error_message,
-        parent_id=job.parent_id,
-        child_index=job.child_index,
-        max_parallel=job.max_parallel,
-        children=[child_to_proto(child) for child in job.children],
-        worker_id=job.worker_id,
-        cancel_requested=job.cancel_requested,
-    )
-    if job.start_time is not None:
-        message.start_time.CopyFrom(timestamp(job.start_time))
-    if job.end_time is not None:
-        message.end_time.CopyFrom(timestamp(job.end_time))
-    if job.queue_position is not None:
-        message.queue_position = job.queue_position
-    return message
+    values: dict[str, Any] = {}
+    for name, convert in _PROTO_FIELDS:
+        value = getattr(job, name)
+        # proto3 leaves defaults unset anyway; an optional field's 0 is a value
+        if value or (value is not None and name in _OPTIONAL):
+            values[name] = convert(value)
+    return job_pb2.Job(**values)
 
 
 def child_to_proto(child: ChildSummary) -> job_pb2.ChildSummary:

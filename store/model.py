@@ -6,6 +6,7 @@ Statuses, priorities and kinds mirror the proto enums of the same names
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -144,15 +145,31 @@ class SubmitRequest:
         ).hexdigest()
 
 
+#: The JobSpec fields every fingerprint spells, set or not (the digest of a
+#: keyed job must not change across an upgrade while its key lives).
+_FINGERPRINT_ALWAYS = frozenset(
+    ("model", "payload", "content_type", "labels", "max_attempts", "queue_timeout", "run_timeout")
+)
+
+
+def _canonical_value(value: object) -> object:
+    if isinstance(value, bytes):
+        return hashlib.sha256(value).hexdigest()
+    if isinstance(value, Mapping):
+        return dict(sorted(value.items()))
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if value is None:
+        return 0
+    return value
+
+
 def _spec_canonical(spec: JobSpec) -> dict[str, object]:
+    """Every field of the spec; a field added later only when set, so older digests stay."""
     return {
-        "model": spec.model,
-        "payload": hashlib.sha256(spec.payload).hexdigest(),
-        "content_type": spec.content_type,
-        "labels": dict(sorted(spec.labels.items())),
-        "max_attempts": spec.max_attempts,
-        "queue_timeout": spec.queue_timeout.total_seconds() if spec.queue_timeout else 0,
-        "run_timeout": spec.run_timeout.total_seconds() if spec.run_timeout else 0,
+        f.name: _canonical_value(getattr(spec, f.name))
+        for f in dataclasses.fields(spec)
+        if f.name in _FINGERPRINT_ALWAYS or getattr(spec, f.name) != f.default
     }
 
 
@@ -178,7 +195,13 @@ class ChildSummary:
 
 @dataclass(frozen=True)
 class Job:
-    """A snapshot of one job. Stores return fresh copies; mutating one changes nothing."""
+    """A snapshot of one job. Stores return fresh copies; mutating one changes nothing.
+
+    Each field is a row of the field table (store/fields.py): metadata
+    `stored` (default True) says whether the stores keep it in the job's
+    record, `stamps` which transitions set it to the store's clock
+    ("always", or "once": only while unset).
+    """
 
     id: str
     tenant: str
@@ -193,19 +216,23 @@ class Job:
     idempotency_key: str = ""
     attempts: int = 0
     max_attempts: int = 0
-    start_time: datetime | None = None
+    #: the last attempt's start (a group's: its first child's), stamped by each claim
+    start_time: datetime | None = field(default=None, metadata={"stamps": {"claim": "always"}})
     end_time: datetime | None = None
-    queue_position: int | None = None  # set only while QUEUED
+    #: set only while QUEUED; computed by the reads, never stored
+    queue_position: int | None = field(default=None, metadata={"stored": False})
     progress: float = 0.0
     stage: str = ""
-    result: bytes = b""
+    #: kept apart from the record (its own key in Redis)
+    result: bytes = field(default=b"", metadata={"stored": False})
     result_content_type: str = ""
     error_code: str = ""
     error_message: str = ""
     parent_id: str = ""
     child_index: int = 0
     max_parallel: int = 0
-    children: tuple[ChildSummary, ...] = ()
+    #: a group's children, read with it, never stored in its record
+    children: tuple[ChildSummary, ...] = field(default=(), metadata={"stored": False})
     worker_id: str = ""
     cancel_requested: bool = False
     queue_timeout: timedelta = timedelta(0)

@@ -11,11 +11,14 @@ tests/store/test_policy.py.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 
+from store import fields
 from store.codes import LuaCode
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
@@ -82,6 +85,54 @@ def group_outcome(total: int, completed: int) -> tuple[JobStatus, str]:
         return JobStatus.COMPLETED, ""
     status = JobStatus.FAILED if completed == 0 else JobStatus.PARTIAL
     return status, GROUP_MESSAGE.format(failed=total - completed, total=total)
+
+
+class Verdict(StrEnum):
+    """What a guard decides about a worker's call on a lease."""
+
+    APPLY = "apply"
+    REPEAT = "repeat"  # the same lease and outcome again: answer the stored job
+    LEASE_LOST = "lease_lost"
+    JOB_CANCELLED = "job_cancelled"  # set_result after a cancel: refused
+    CANCEL_REQUESTED = "cancel_requested"  # heartbeat after a cancel: told to stop
+
+
+def result_verdict(
+    status: JobStatus, lease_matches: bool, cancel_requested: bool, same_outcome: bool
+) -> Verdict:
+    """SetResult's guard (an unknown job is JOB_NOT_FOUND before it)."""
+    if not lease_matches:
+        return Verdict.LEASE_LOST
+    if status is JobStatus.CANCELLED and cancel_requested:
+        return Verdict.JOB_CANCELLED
+    if status is not JobStatus.PROCESSING:
+        return Verdict.REPEAT if same_outcome else Verdict.LEASE_LOST
+    return Verdict.APPLY
+
+
+def heartbeat_verdict(status: JobStatus, lease_matches: bool, cancel_requested: bool) -> Verdict:
+    """Heartbeat's guard (an unknown job is JOB_NOT_FOUND before it)."""
+    if not lease_matches:
+        return Verdict.LEASE_LOST
+    if status is JobStatus.CANCELLED and cancel_requested:
+        return Verdict.CANCEL_REQUESTED
+    if status is not JobStatus.PROCESSING:
+        return Verdict.LEASE_LOST
+    return Verdict.APPLY
+
+
+def _flags(*values: bool) -> str:
+    return "".join("1" if value else "0" for value in values)
+
+
+def _verdict_table(name: str, guard: Callable[..., Verdict], flags: int) -> str:
+    """A guard as a Lua table: "<status>|<flags>" -> verdict, every case spelled out."""
+    rows = {
+        f"{status.value}|{_flags(*combo)}": guard(status, *combo).value
+        for status in JobStatus
+        for combo in itertools.product((False, True), repeat=flags)
+    }
+    return _lua_table(name, {f"[{_lua_string(k)}]": _lua_string(v) for k, v in rows.items()})
 
 
 def exhausted_message(error_code: str, error_message: str) -> str:
@@ -155,6 +206,27 @@ def _lua_template(name: str, template: str) -> str:
     return f"local function {name}({', '.join(fields)}) return {' .. '.join(parts)} end"
 
 
+def _lua_stamps() -> list[str]:
+    """stamp_<transition>(key, now) for every transition the field table stamps."""
+    transitions = sorted({name for f in fields.JOB_FIELDS for name in f.stamps})
+    functions = []
+    for transition in transitions:
+        calls = [
+            f"redis.call('{'HSET' if how is fields.Stamp.ALWAYS else 'HSETNX'}', key, "
+            f"{_lua_string(name)}, now)"
+            for name, how in fields.stamped(transition)
+        ]
+        functions.append(f"local function stamp_{transition}(key, now) {' '.join(calls)} end")
+    return functions
+
+
+def stamp(record: object, transition: str, now: float) -> None:
+    """The field table's stamps of `transition` on a LocalEngine record (as Lua's stamp_*)."""
+    for name, how in fields.stamped(transition):
+        if how is fields.Stamp.ALWAYS or getattr(record, name) is None:
+            setattr(record, name, now)
+
+
 def lua_policy() -> str:
     """The `policy` include: status, kind, error-code and return-code names and messages."""
     statuses = {status.name: _lua_string(status.value) for status in JobStatus}
@@ -168,12 +240,18 @@ def lua_policy() -> str:
             _lua_table("ERR", {k: _lua_string(v) for k, v in _ERROR_CODES.items()}),
             _lua_table("RC", {code.name: str(code.value) for code in LuaCode}),
             _lua_table("TERMINAL", terminal),
+            _lua_table("VERDICT", {v.name: _lua_string(v.value) for v in Verdict}),
+            _verdict_table("RESULT_VERDICT", result_verdict, 3),
+            _verdict_table("HEARTBEAT_VERDICT", heartbeat_verdict, 2),
+            "local function flags(...) local s = '' for _, v in ipairs({...}) do"
+            " s = s .. (v and '1' or '0') end return s end",
             f"local MSG_GROUP_CANCELLED = {_lua_string(GROUP_CANCELLED_MESSAGE)}",
             f"local MSG_QUEUE_TIMEOUT = {_lua_string(QUEUE_TIMEOUT_MESSAGE)}",
             _lua_template("group_message", GROUP_MESSAGE),
             _lua_template("lease_expired_message", LEASE_EXPIRED_MESSAGE),
             _lua_template("run_timeout_message", RUN_TIMEOUT_MESSAGE),
             _lua_template("exhausted_message_of", EXHAUSTED_MESSAGE),
+            *_lua_stamps(),
             "",
         ]
     )

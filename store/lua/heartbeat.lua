@@ -35,13 +35,11 @@ local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'prog
 if not f[1] then
   return {RC.JOB_NOT_FOUND}
 end
-if f[2] ~= ARGV[6] then
-  return {RC.LEASE_LOST}
-end
-if f[1] == ST.CANCELLED and f[6] == '1' then
+-- store/policy.py heartbeat_verdict, as the table it generated
+local verdict = HEARTBEAT_VERDICT[f[1] .. '|' .. flags(f[2] == ARGV[6], f[6] == '1')]
+if verdict == VERDICT.CANCEL_REQUESTED then
   return {1, tonumber(f[3]), 1}
-end
-if f[1] ~= ST.PROCESSING then
+elseif verdict ~= VERDICT.APPLY then
   return {RC.LEASE_LOST}
 end
 oom_guard(key)

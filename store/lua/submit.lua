@@ -17,7 +17,7 @@
     ARGV[8]      max_live_total
     ARGV[9]      max_group_children
     ARGV[10]      JSON spec: {kind, id, priority, idempotency_key, max_parallel,
-                 model, jobs: [{id, model, content_type, labels, max_attempts,
+                 model, jobs: [{id, model, fields (the copied JobSpec fields), max_attempts,
                  queue_timeout, run_timeout, idempotency_key}]}
     ARGV[11]     1 if KEYS[11] is the idempotency key, else 0
     ARGV[12..]   one payload per spec.jobs entry, in order

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 
 from ulid import ULID
 
-from store import policy
+from store import fields, policy
 from store.errors import (
     FailureHook,
     IdempotencyKeyReused,
@@ -57,6 +57,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
+from store.policy import Verdict
 
 # In-process wake-ups are never lost: a wait needs no safety re-check.
 _NO_RECHECK = 3600.0
@@ -188,11 +189,16 @@ class LocalEngine:
     ) -> HeartbeatResult:
         self._check_open()
         now = self.state.clock()
-        record = self.state.leased(job_id, lease_id)
-        if record.status is JobStatus.CANCELLED and record.cancel_requested:
+        record = self.state.record_of(job_id)
+        verdict = policy.heartbeat_verdict(
+            record.status, bool(lease_id) and record.lease_id == lease_id, record.cancel_requested
+        )
+        if verdict is Verdict.CANCEL_REQUESTED:
             return HeartbeatResult(dt(record.lease_deadline), cancel_requested=True)
-        if record.status is not JobStatus.PROCESSING:
-            raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
+        if verdict is not Verdict.APPLY:
+            raise LeaseLost(
+                f"lease {lease_id} is not the live lease of job {job_id}", job_id=job_id
+            )
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
         self.state.push(self.state.leases, record.lease_deadline, record, lease_id)
         stage = stage or record.stage
@@ -207,14 +213,22 @@ class LocalEngine:
     ) -> ResultRecorded:
         self._check_open()
         now = self.state.clock()
-        record = self.state.leased(job_id, lease_id)
+        record = self.state.record_of(job_id)
         outcome: Outcome = (report.status, report.retryable, report.error_code, report.result)
-        if record.status is JobStatus.CANCELLED and record.cancel_requested:
+        verdict = policy.result_verdict(
+            record.status,
+            bool(lease_id) and record.lease_id == lease_id,
+            record.cancel_requested,
+            record.outcome == outcome,
+        )
+        if verdict is Verdict.JOB_CANCELLED:
             raise JobCancelled(f"job {job_id} was cancelled", job_id=job_id)
-        if record.status is not JobStatus.PROCESSING:
-            if record.outcome == outcome:
-                return ResultRecorded(self.state.snapshot(record), applied=False)
-            raise LeaseLost(f"lease {lease_id} of job {job_id} has ended", job_id=job_id)
+        if verdict is Verdict.REPEAT:
+            return ResultRecorded(self.state.snapshot(record), applied=False)
+        if verdict is Verdict.LEASE_LOST:
+            raise LeaseLost(
+                f"lease {lease_id} is not the live lease of job {job_id}", job_id=job_id
+            )
         record.outcome = outcome
         if report.status is JobStatus.COMPLETED:
             record.result = report.result
@@ -420,8 +434,6 @@ class LocalEngine:
             create_time=now,
             update_time=now,
             payload=spec.payload,
-            content_type=spec.content_type,
-            labels=dict(spec.labels),
             max_attempts=effective.max_attempts,
             queue_timeout=effective.queue_timeout.total_seconds(),
             run_timeout=effective.run_timeout.total_seconds(),
@@ -429,6 +441,8 @@ class LocalEngine:
             parent_id=parent.id if parent else "",
             child_index=index,
         )
+        for name, value in fields.copied(spec).items():
+            setattr(record, name, dict(value) if isinstance(value, Mapping) else value)
         self.state.jobs[record.id] = record
         self.state.live_by_tenant[record.tenant] = (
             self.state.live_by_tenant.get(record.tenant, 0) + 1

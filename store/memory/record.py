@@ -12,7 +12,12 @@ Outcome = tuple[JobStatus, bool, str, bytes]
 
 @dataclass(slots=True)
 class Record:
-    """The stored, mutable state of one job; never handed out."""
+    """The stored, mutable state of one job; never handed out.
+
+    Its first fields are the Job's stored ones under the same names (the
+    field table, store/fields.py: times as epoch seconds, durations as
+    seconds), so a snapshot is made from the table; the rest is bookkeeping.
+    """
 
     id: str
     tenant: str
@@ -44,6 +49,7 @@ class Record:
     max_parallel: int = 0
     worker_id: str = ""
     cancel_requested: bool = False
+    pool: str = ""
     # Bookkeeping below is not part of the Job snapshot.
     seq: int = 0  # global enqueue order, to compare heads of different models
     lease_id: str = ""  # the latest attempt's lease, kept after it ends

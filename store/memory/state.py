@@ -15,9 +15,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from store import policy
-from store.errors import InvalidRequest, JobNotFound, LeaseLost
+from store import fields, policy
+from store.errors import InvalidRequest, JobNotFound
 from store.memory.deadlines import (
     Deadlines,
     expiry_is_current,
@@ -56,6 +57,23 @@ def dt(timestamp: float) -> datetime:
 
 def _optional_dt(timestamp: float | None) -> datetime | None:
     return None if timestamp is None else dt(timestamp)
+
+
+def _converter(kind: fields.Kind) -> Callable[[Any], object]:
+    """A Record value -> its Job field's type."""
+    if kind is fields.Kind.TIME:
+        return dt
+    if kind is fields.Kind.OPTIONAL_TIME:
+        return _optional_dt
+    if kind is fields.Kind.DURATION:
+        return lambda seconds: timedelta(seconds=seconds)
+    if kind is fields.Kind.LABELS:
+        return dict
+    return lambda value: value
+
+
+#: (field, converter) for every stored Job field: a snapshot comes from the table.
+_SNAPSHOT = [(f.name, _converter(f.kind)) for f in fields.STORED]
 
 
 def event_number(event_id: str) -> int:
@@ -123,7 +141,7 @@ class State:
         record.lease_id = uuid.uuid4().hex
         record.outcome = None
         record.cancel_requested = False
-        record.start_time = now
+        policy.stamp(record, "claim", now)
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
         self.push(self.leases, record.lease_deadline, record, record.lease_id)
         # A zero run_timeout means none (as RedisStore), not "already past".
@@ -143,16 +161,11 @@ class State:
             lease_expire_time=dt(record.lease_deadline),
         )
 
-    def leased(self, job_id: str, lease_id: str) -> Record:
-        """The job if `lease_id` is its latest lease (live or just ended), else LeaseLost.
-
-        An id with no record at all is JobNotFound, as on the tenant side.
-        """
+    def record_of(self, job_id: str) -> Record:
+        """The job a worker's call names (any tenant's), else JobNotFound."""
         record = self.fresh(job_id, self.clock())
         if record is None:
             raise JobNotFound(f"job {job_id} not found", job_id=job_id)
-        if not lease_id or record.lease_id != lease_id:
-            raise LeaseLost(f"lease {lease_id} is not the lease of job {job_id}", job_id=job_id)
         return record
 
     # -- transitions ---------------------------------------------------------
@@ -427,37 +440,12 @@ class State:
                 )
                 for child in (self.jobs[child_id] for child_id in record.children)
             )
+        values = {name: convert(getattr(record, name)) for name, convert in _SNAPSHOT}
         return Job(
-            id=record.id,
-            tenant=record.tenant,
-            kind=record.kind,
-            status=record.status,
-            priority=record.priority,
-            model=record.model,
-            create_time=dt(record.create_time),
-            update_time=dt(record.update_time),
-            content_type=record.content_type,
-            labels=dict(record.labels),
-            idempotency_key=record.idempotency_key,
-            attempts=record.attempts,
-            max_attempts=record.max_attempts,
-            start_time=_optional_dt(record.start_time),
-            end_time=_optional_dt(record.end_time),
+            **values,  # type: ignore[arg-type]
             queue_position=self.position(record),
-            progress=record.progress,
-            stage=record.stage,
             result=record.result,
-            result_content_type=record.result_content_type,
-            error_code=record.error_code,
-            error_message=record.error_message,
-            parent_id=record.parent_id,
-            child_index=record.child_index,
-            max_parallel=record.max_parallel,
             children=children,
-            worker_id=record.worker_id,
-            cancel_requested=record.cancel_requested,
-            queue_timeout=timedelta(seconds=record.queue_timeout),
-            run_timeout=timedelta(seconds=record.run_timeout),
         )
 
     def events_after(self, start: int, count: int) -> list[JobEvent]:

@@ -1,31 +1,24 @@
-"""Script replies -> store model objects (RedisStore's side of the Lua contract)."""
+"""Script replies -> store model objects (RedisStore's side of the Lua contract).
+
+A job's record is decoded by the field table (store/fields.py).
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from store.fields import from_record, ms_to_datetime
 from store.model import (
     ChildSummary,
     ClaimedJob,
     Job,
     JobEvent,
-    JobKind,
     JobStatus,
     Priority,
 )
 
 Record = dict[str, bytes]
-
-
-def ms_to_datetime(ms: int | bytes | str) -> datetime:
-    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
-
-
-def to_ms(delta: timedelta) -> int:
-    return round(delta.total_seconds() * 1000)
 
 
 def record(flat: Sequence[bytes]) -> Record:
@@ -42,49 +35,17 @@ def _int(rec: Record, name: str) -> int:
     return int(value) if value else 0
 
 
-def _time(rec: Record, name: str) -> datetime | None:
-    value = rec.get(name, b"")
-    return ms_to_datetime(value) if value else None
-
-
 def job_from_record(
     rec: Record,
     position: int = -1,
     result: bytes = b"",
     children: Sequence[bytes] = (),
 ) -> Job:
-    create_time = ms_to_datetime(rec["create_time"])
-    return Job(
-        id=_text(rec, "id"),
-        tenant=_text(rec, "tenant"),
-        kind=JobKind(_text(rec, "kind")),
-        status=JobStatus(_text(rec, "status")),
-        priority=Priority(_int(rec, "priority")),
-        model=_text(rec, "model"),
-        create_time=create_time,
-        update_time=_time(rec, "update_time") or create_time,
-        content_type=_text(rec, "content_type"),
-        labels=json.loads(rec.get("labels", b"{}") or b"{}"),
-        idempotency_key=_text(rec, "idempotency_key"),
-        attempts=_int(rec, "attempts"),
-        max_attempts=_int(rec, "max_attempts"),
-        start_time=_time(rec, "start_time"),
-        end_time=_time(rec, "end_time"),
+    return from_record(
+        rec,
         queue_position=position if position >= 0 else None,
-        progress=float(rec.get("progress", b"0") or b"0"),
-        stage=_text(rec, "stage"),
         result=result,
-        result_content_type=_text(rec, "result_content_type"),
-        error_code=_text(rec, "error_code"),
-        error_message=_text(rec, "error_message"),
-        parent_id=_text(rec, "parent_id"),
-        child_index=_int(rec, "child_index"),
-        max_parallel=_int(rec, "max_parallel"),
         children=_children(children),
-        worker_id=_text(rec, "worker_id"),
-        cancel_requested=_text(rec, "cancel_requested") == "1",
-        queue_timeout=timedelta(milliseconds=_int(rec, "queue_timeout")),
-        run_timeout=timedelta(milliseconds=_int(rec, "run_timeout")),
     )
 
 

@@ -26,9 +26,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
-from store import tokens
+from store import fields, tokens
 from store.codes import error_for
 from store.errors import FailureHook, InvalidRequest, StoreError, StoreUnavailable, reporting
+from store.fields import copied, ms_to_datetime, to_ms
 from store.keys import Declared, Keys
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
@@ -57,10 +58,8 @@ from store.redis.codec import (
     event_from_emitted,
     event_from_fields,
     job_from_snapshot,
-    ms_to_datetime,
     queue_score,
     record,
-    to_ms,
 )
 from store.redis.connection import SOCKET_TIMEOUT, Connection, text, translated
 from store.redis.hints import Hints
@@ -232,8 +231,7 @@ class Partition:
         return {
             "id": self.new_id(),
             "model": spec.model,
-            "content_type": spec.content_type,
-            "labels": json.dumps(dict(spec.labels), sort_keys=True),
+            "fields": {name: fields.encode(name, value) for name, value in copied(spec).items()},
             "max_attempts": effective.max_attempts,
             "queue_timeout": to_ms(effective.queue_timeout),
             "run_timeout": to_ms(effective.run_timeout),
@@ -251,8 +249,6 @@ class Partition:
             parent: dict[str, Any] = {
                 "id": self.new_id(),
                 "model": work.children[0].model if work.children else "",
-                "content_type": "",
-                "labels": "{}",
                 "max_attempts": 0,
                 "queue_timeout": 0,
                 "run_timeout": 0,

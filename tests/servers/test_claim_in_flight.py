@@ -25,7 +25,7 @@ from jobgate.v1 import job_pb2, worker_service_pb2
 from serving.settings import ServerSettings
 from store import StoreSettings, open_store
 from store.memory import LocalStore
-from store.model import ClaimedJob, JobStatus
+from store.model import ClaimedJob, JobStatus, ReportedAndClaimed, ResultReport
 from store.protocol import Store
 from store.redis.scripts import read_script
 from tests.helpers import assert_eventually
@@ -209,7 +209,7 @@ class LateAnswerStore(LocalStore):
     """Claims at once, but a claim that leased jobs answers only when `answer` is set,
     even if the call was cancelled meanwhile (a store answer already on its way).
 
-    ReportAndClaim's own claim is a `claim` here too, so it answers late the same way.
+    ReportAndClaim's claim answers late the same way.
     """
 
     def __init__(self, settings: StoreSettings) -> None:
@@ -224,7 +224,19 @@ class LateAnswerStore(LocalStore):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
     ) -> list[ClaimedJob]:
-        claimed = await super().claim(worker_id, models, max_jobs, wait)
+        return await self._late(await super().claim(worker_id, models, max_jobs, wait))
+
+    async def report_and_claim(
+        self,
+        worker_id: str,
+        models: Sequence[str],
+        results: Sequence[tuple[str, str, ResultReport]],
+        max_jobs: int,
+    ) -> ReportedAndClaimed:
+        step = await super().report_and_claim(worker_id, models, results, max_jobs)
+        return ReportedAndClaimed(step.results, await self._late(step.claimed))
+
+    async def _late(self, claimed: list[ClaimedJob]) -> list[ClaimedJob]:
         if not claimed:
             return claimed
         self.claimed.set()

@@ -44,7 +44,7 @@ end
 
 local function claim_one(id, lease_id, worker_id, lease_ms)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id', 'start_time')
+  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
     redis.call('ZREM', K_RETRIES, id)
@@ -57,8 +57,9 @@ local function claim_one(id, lease_id, worker_id, lease_ms)
   local deadline = NOW + lease_ms
   redis.call('HINCRBY', key, 'attempts', 1)
   redis.call('HSET', key, 'status', ST.PROCESSING, 'worker_id', worker_id,
-    'lease_id', lease_id, 'lease_deadline', deadline, 'start_time', NOW, 'update_time', NOW,
+    'lease_id', lease_id, 'lease_deadline', deadline, 'update_time', NOW,
     'cancel_requested', 0, 'outcome', '')
+  stamp_claim(key, NOW)
   redis.call('ZADD', K_LEASES, deadline, id)
   local run_timeout = tonumber(f[3]) or 0
   if run_timeout > 0 then

@@ -16,18 +16,16 @@ local function end_attempt_check(id, lease_id, outcome)
   if not f[1] then
     return RC.JOB_NOT_FOUND
   end
-  if f[2] ~= lease_id then
+  -- store/policy.py result_verdict, as the table it generated
+  local verdict = RESULT_VERDICT[f[1] .. '|' .. flags(f[2] == lease_id, f[4] == '1',
+    f[3] == outcome)]
+  if verdict == VERDICT.LEASE_LOST then
     return RC.LEASE_LOST
-  end
-  if f[1] == ST.CANCELLED and f[4] == '1' then
+  elseif verdict == VERDICT.JOB_CANCELLED then
     return RC.JOB_CANCELLED
-  end
-  if f[1] ~= ST.PROCESSING then
-    if f[3] == outcome then
-      plan_snapshot(id)
-      return 0
-    end
-    return RC.LEASE_LOST
+  elseif verdict == VERDICT.REPEAT then
+    plan_snapshot(id)
+    return 0
   end
   plan_transition(id)
   return nil

@@ -80,18 +80,25 @@ local function submit_check(item, caps, pending, index)
   return nil
 end
 
+-- A job's record. job.fields are the JobSpec fields it keeps as submitted,
+-- encoded (store/fields.py COPIED), written as they come: a new one needs
+-- no Lua.
 local function submit_new_record(item, job, seq, kind, status, parent_id, child_index, payload)
   local key = jk(job['id'])
-  redis.call('HSET', key,
+  local record = {
     'id', job['id'], 'tenant', item.tenant, 'kind', kind, 'status', status,
     'priority', item.spec['priority'], 'model', job['model'], 'seq', seq,
-    'content_type', job['content_type'] or '', 'labels', job['labels'] or '{}',
     'idempotency_key', job['idempotency_key'] or '',
     'attempts', 0, 'max_attempts', job['max_attempts'] or 0,
     'queue_timeout', job['queue_timeout'] or 0, 'run_timeout', job['run_timeout'] or 0,
     'create_time', NOW, 'update_time', NOW, 'progress', '0', 'stage', '',
     'parent_id', parent_id, 'child_index', child_index, 'cancel_requested', 0,
-    'worker_id', '', 'error_code', '', 'error_message', '')
+    'worker_id', '', 'error_code', '', 'error_message', ''}
+  for name, value in pairs(job['fields'] or {}) do
+    record[#record + 1] = name
+    record[#record + 1] = value
+  end
+  redis.call('HSET', key, unpack(record))
   redis.call('PERSIST', key)
   if payload then
     redis.call('SET', payload_key(job['id']), payload)
