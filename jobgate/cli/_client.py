@@ -1,9 +1,7 @@
 """Client commands: `jobgate submit | get | watch | cancel`, and the `worker` daemon.
 
-Human output by default, `--json` for scripts. Errors are one line on stderr.
-Exit codes: 0 success; 1 the job ended FAILED, CANCELLED or PARTIAL (watch,
-submit --wait); 2 bad usage or input; 3 the server refused the call or could
-not be reached; 130 interrupted.
+Human output by default, `--json` for scripts. Errors are one line on stderr;
+exit codes and the shared plumbing are in `_common`.
 """
 
 from __future__ import annotations
@@ -17,28 +15,28 @@ import mimetypes
 import os
 import re
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TextIO
-
-from google.protobuf import json_format
+from typing import Any
 
 from jobgate._logs import LOG_FORMATS, LOG_LEVELS
+from jobgate.cli._common import (
+    EXIT_JOB_NOT_COMPLETED,
+    EXIT_OK,
+    EXIT_RPC,
+    EXIT_USAGE,
+    UsageError,
+    connection_flags,
+    fail,
+    print_json,
+    run,
+)
 from jobgate.cli._render import ProgressLine, describe_job, job_line
 from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priority_value
 from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError
 from jobgate.v1 import job_pb2, job_service_pb2
 
-EXIT_OK = 0
-EXIT_JOB_NOT_COMPLETED = 1
-EXIT_USAGE = 2
-EXIT_RPC = 3
-EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """Bad input found after parsing (unreadable file, malformed group, ...)."""
+__all__ = ["UsageError", "add_commands", "parse_labels", "read_batch", "read_group"]
 
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -51,26 +49,6 @@ def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
 
 
 # ---------------------------------------------------------------- parsers
-
-
-def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("connection")
-    group.add_argument(
-        "--target",
-        help="JobService address HOST:PORT (env JOBGATE_TARGET, default 127.0.0.1:50051)",
-    )
-    group.add_argument("--token", help="bearer token (env JOBGATE_TOKEN)")
-    group.add_argument("--tenant", help="tenant for servers in open mode (env JOBGATE_TENANT)")
-    group.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="deadline in seconds for each call, retries included (default 30); "
-        "for watch and --wait, the longest time to wait (default: no limit)",
-    )
-    group.add_argument("--tls-ca", metavar="FILE", help="PEM CA of the server's certificate")
-    group.add_argument("--tls-cert", metavar="FILE", help="PEM client certificate (mutual TLS)")
-    group.add_argument("--tls-key", metavar="FILE", help="PEM client key (mutual TLS)")
 
 
 def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -111,8 +89,8 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--max-attempts", type=int, default=0, help="0 = server default")
     parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_submit))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_submit))
 
 
 def _add_get(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -122,8 +100,8 @@ def _add_get(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--output", metavar="FILE", help="write the raw result bytes to FILE ('-' for stdout)"
     )
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_get))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_get))
 
 
 def _add_watch(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -135,8 +113,8 @@ def _add_watch(subcommands: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("job_id", metavar="ID")
     parser.add_argument("--json", action="store_true", help="one JSON Job per snapshot")
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_watch))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_watch))
 
 
 def _add_cancel(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -144,8 +122,8 @@ def _add_cancel(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("job_id", metavar="ID")
     parser.add_argument("--reason", default="", help="why (recorded with the job)")
     parser.add_argument("--json", action="store_true", help="the CancelResponse as JSON")
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_cancel))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_cancel))
 
 
 def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -199,50 +177,6 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
 
 
 # ---------------------------------------------------------------- running
-
-
-Command = Callable[[argparse.Namespace, JobClient], Coroutine[Any, Any, int]]
-
-
-def _run(command: Command) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return asyncio.run(_with_client(command, args))
-        except UsageError as error:
-            return _fail(str(error), EXIT_USAGE)
-        except JobgateError as error:
-            return _fail(str(error), EXIT_RPC)
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
-
-    return run
-
-
-async def _with_client(command: Command, args: argparse.Namespace) -> int:
-    try:
-        client = JobClient(
-            args.target,
-            token=args.token,
-            tenant=args.tenant,
-            tls_ca=args.tls_ca,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            timeout=30.0 if args.timeout is None else args.timeout,
-        )
-    except (OSError, ValueError) as error:
-        raise UsageError(str(error)) from error
-    async with client:
-        return await command(args, client)
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"jobgate: error: {message}", file=sys.stderr)
-    return code
-
-
-def _print_json(message: Any, out: TextIO = sys.stdout) -> None:
-    data = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    print(json.dumps(data, sort_keys=True), file=out, flush=True)
 
 
 def _exit_for(job: job_pb2.Job) -> int:
@@ -384,10 +318,10 @@ async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
         if line is None:
             raise
         # Nothing was created; point at the line to fix, not at an item index.
-        return _fail(f"{args.batch}: line {line}: {error}", EXIT_RPC)
+        return fail(f"{args.batch}: line {line}: {error}", EXIT_RPC)
     if args.json:
         batch = job_service_pb2.BatchSubmitResponse(responses=responses)
-        _print_json(batch)
+        print_json(batch)
         return EXIT_OK
     for response in responses:
         reused = " (existing job for this idempotency key)" if response.reused else ""
@@ -419,7 +353,7 @@ async def _submit(args: argparse.Namespace, client: JobClient) -> int:
         )
     response = await client.submit_request(request)
     if args.json:
-        _print_json(response)
+        print_json(response)
     else:
         reused = " (existing job for this idempotency key)" if response.reused else ""
         print(f"submitted {job_line(response.job)}{reused}", flush=True)
@@ -440,7 +374,7 @@ async def _get(args: argparse.Namespace, client: JobClient) -> int:
         else:
             await asyncio.to_thread(Path(args.output).write_bytes, job.result)
     elif args.json:
-        _print_json(job)
+        print_json(job)
     else:
         print(describe_job(job), flush=True)
     return EXIT_OK
@@ -456,7 +390,7 @@ async def _follow(client: JobClient, job_id: str, args: argparse.Namespace) -> i
     async for job in client.watch(job_id, timeout=args.timeout):
         last = job
         if args.json:
-            _print_json(job)
+            print_json(job)
         else:
             line.update(job)
     if last is None or not is_terminal(last):
@@ -469,7 +403,7 @@ async def _follow(client: JobClient, job_id: str, args: argparse.Namespace) -> i
 async def _cancel(args: argparse.Namespace, client: JobClient) -> int:
     response = await client.cancel(args.job_id, args.reason)
     if args.json:
-        _print_json(response)
+        print_json(response)
     elif response.cancelled:
         print(f"cancelled {job_line(response.job)}", flush=True)
     else:
@@ -485,9 +419,9 @@ def _run_worker(args: argparse.Namespace) -> int:
 
     _logs.configure(args.log_format, args.log_level)
     if args.concurrency < 1:
-        return _fail("--concurrency must be at least 1", EXIT_USAGE)
+        return fail("--concurrency must be at least 1", EXIT_USAGE)
     if not 0 < args.claim_wait <= 60:
-        return _fail("--claim-wait must be in (0, 60] seconds", EXIT_USAGE)
+        return fail("--claim-wait must be in (0, 60] seconds", EXIT_USAGE)
     try:
         handler = worker.load_handler(args.handler)
         token = (
@@ -501,7 +435,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             target=args.target or worker.DEFAULT_WORKER_TARGET, token=token
         ).with_tls_files(args.tls_ca, args.tls_cert, args.tls_key)
     except (worker.HandlerLoadError, OSError, ValueError) as error:
-        return _fail(str(error), EXIT_USAGE)
+        return fail(str(error), EXIT_USAGE)
     config = worker.WorkerConfig(
         models=tuple(args.model),
         connection=connection,
