@@ -59,6 +59,13 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
         "or many jobs in one atomic call (--batch FILE).",
     )
     parser.add_argument("--model", help="model name: which workers may run the job")
+    parser.add_argument(
+        "--pool",
+        default="",
+        metavar="NAME",
+        help="the worker pool to run in (default: any, or the tenant's first pool); "
+        'for --group and --batch, the default of children and lines without "pool"',
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--file", metavar="FILE", help="payload from a file ('-' for stdin)")
     source.add_argument("--data", metavar="TEXT", help="payload given inline (UTF-8)")
@@ -66,7 +73,7 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
         "--group",
         metavar="FILE",
         help='a group: JSON (a list of children or {"children": [...]}) or JSONL, each '
-        'child {"model", "data" or "payload_b64", "content_type", "labels"}',
+        'child {"model", "data" or "payload_b64", "content_type", "labels", "pool"}',
     )
     source.add_argument(
         "--batch",
@@ -210,7 +217,9 @@ def _read_payload(args: argparse.Namespace) -> tuple[bytes, str]:
     return payload, args.content_type or guessed or "application/octet-stream"
 
 
-def read_group(path: str, default_model: str | None) -> list[job_pb2.JobSpec]:
+def read_group(
+    path: str, default_model: str | None, default_pool: str = ""
+) -> list[job_pb2.JobSpec]:
     """Children from a JSON list, a {"children": [...]} object, or JSON lines."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
@@ -227,15 +236,24 @@ def read_group(path: str, default_model: str | None) -> list[job_pb2.JobSpec]:
         loaded = loaded.get("children")
     if not isinstance(loaded, list) or not loaded:
         raise UsageError(f"{path}: expected a non-empty list of children")
-    return [_child(item, index, default_model, path) for index, item in enumerate(loaded)]
+    return [
+        _child(item, index, (default_model, default_pool), path)
+        for index, item in enumerate(loaded)
+    ]
 
 
 def _child(
-    item: Any, index: int, default_model: str | None, path: str, what: str = "child"
+    item: Any,
+    index: int,
+    defaults: tuple[str | None, str],
+    path: str,
+    what: str = "child",
 ) -> job_pb2.JobSpec:
+    """One JobSpec from a file's item; `defaults` are the model and pool of the flags."""
     where = f"{path}: {what} {index}"
     if not isinstance(item, dict):
         raise UsageError(f"{where}: expected an object")
+    default_model, default_pool = defaults
     model = item.get("model") or default_model
     if not model:
         raise UsageError(f"{where}: no model (give one per child or --model)")
@@ -260,11 +278,12 @@ def _child(
         content_type=str(item.get("content_type") or default_type),
         labels={str(k): str(v) for k, v in labels.items()},
         max_attempts=max_attempts,
+        pool=str(item.get("pool") or default_pool),
     )
 
 
 def read_batch(
-    path: str, default_model: str | None
+    path: str, default_model: str | None, default_pool: str = ""
 ) -> list[tuple[int, job_service_pb2.SubmitRequest]]:
     """One SubmitRequest per JSON line (a child's fields, plus priority and
     idempotency_key), each with its line number; blank lines are skipped."""
@@ -280,7 +299,7 @@ def read_batch(
             item = json.loads(line)
         except json.JSONDecodeError as error:
             raise UsageError(f"{path}: line {number} is not JSON ({error.msg})") from error
-        spec = _child(item, number, default_model, path, what="line")
+        spec = _child(item, number, (default_model, default_pool), path, what="line")
         priority = str(item.get("priority", "batch"))
         if priority.lower() not in PRIORITIES:
             raise UsageError(f"{path}: line {number}: unknown priority {priority!r}")
@@ -310,7 +329,7 @@ def _refused_line(error: JobgateError, lines: list[int]) -> int | None:
 async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
     if args.wait:
         raise UsageError("--wait follows one job; use jobgate watch ID for each of a batch")
-    numbered = read_batch(args.batch, args.model)
+    numbered = read_batch(args.batch, args.model, args.pool)
     try:
         responses = await client.batch_submit([request for _, request in numbered])
     except JobgateError as error:
@@ -336,7 +355,7 @@ async def _submit(args: argparse.Namespace, client: JobClient) -> int:
         idempotency_key=args.idempotency_key, priority=priority_value(args.priority)
     )
     if args.group is not None:
-        children = read_group(args.group, args.model)
+        children = read_group(args.group, args.model, args.pool)
         request.group.CopyFrom(job_pb2.GroupSpec(children=children, max_parallel=args.max_parallel))
     else:
         if not args.model:
@@ -349,6 +368,7 @@ async def _submit(args: argparse.Namespace, client: JobClient) -> int:
                 content_type=content_type,
                 labels=parse_labels(args.label),
                 max_attempts=args.max_attempts,
+                pool=args.pool,
             )
         )
     response = await client.submit_request(request)
