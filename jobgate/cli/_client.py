@@ -2,7 +2,8 @@
 
 Human output by default, `--json` for scripts. Errors are one line on stderr;
 exit codes and the shared plumbing are in `_common`. The commands that find
-and redrive jobs (`list`, `retry`) are in `_jobs`; all are registered here.
+and redrive jobs (`list`, `retry`) are in `_jobs`, the operator's views
+(`workers`, `queues`) in `_fleet`; all are registered here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgate._logs import LOG_FORMATS, LOG_LEVELS
-from jobgate.cli import _jobs
+from jobgate.cli import _fleet, _jobs
 from jobgate.cli._common import (
     EXIT_JOB_NOT_COMPLETED,
     EXIT_OK,
@@ -42,12 +43,13 @@ __all__ = ["UsageError", "add_commands", "parse_labels", "read_batch", "read_gro
 
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
-    """Register submit, get, watch, cancel, list, retry and worker."""
+    """Register submit, get, watch, cancel, list, retry, workers, queues and worker."""
     _add_submit(subcommands)
     _add_get(subcommands)
     _add_watch(subcommands)
     _add_cancel(subcommands)
     _jobs.add_commands(subcommands)
+    _fleet.add_commands(subcommands)
     _add_worker(subcommands)
 
 
