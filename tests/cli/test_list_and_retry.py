@@ -65,7 +65,7 @@ async def test_list_prints_a_table_with_status_age_attempts_and_error(
     assert ran.code == 0
     header, first, second = ran.out.splitlines()
     assert header.split() == ["ID", "STATUS", "MODEL", "POOL", "KIND", "AGE", "ATTEMPTS", "ERROR"]
-    assert first.split() == "01JF FAILED text-stats onprem single 3m 3/3 HANDLER_ERROR".split()
+    assert " ".join(first.split()) == "01JF FAILED text-stats onprem single 3m 3/3 HANDLER_ERROR"
     assert second.split() == ["01JG", "QUEUED", "-", "any", "group", "2h", "0"]
     assert "\x1b[" not in ran.out  # no colour when stdout is not a terminal
 
