@@ -242,6 +242,8 @@ def looks_retryable(job: job_pb2.Job) -> bool:
 
 @dataclass
 class Refusal:
+    """A job the server would not retry: its ErrorInfo reason (else the status code)."""
+
     job_id: str
     reason: str
     message: str
@@ -324,10 +326,8 @@ async def _retry_one(
         refusal = Refusal.of(job_id, error)
         outcome.refused.append(refusal)
         if json_lines:
-            print_object(
-                {"job_id": job_id, "outcome": "refused", "reason": refusal.reason}
-                | {"message": refusal.message}
-            )
+            refused = {"outcome": "refused", "reason": refusal.reason, "message": refusal.message}
+            print_object({"job_id": job_id, **refused})
         progress.refused(outcome, refusal)
         return
     outcome.retried.append(job)
