@@ -29,9 +29,11 @@ __all__ = [
     "InvalidArgumentError",
     "JobCancelledError",
     "JobNotFoundError",
+    "JobNotRetryableError",
     "JobgateError",
     "LeaseLostError",
     "PermissionDeniedError",
+    "PoolNotAllowedError",
     "QueueFullError",
     "QuotaExceededError",
     "Reason",
@@ -123,6 +125,11 @@ class JobCancelledError(FailedPreconditionError):
     """The job was cancelled while a worker held it."""
 
 
+class JobNotRetryableError(FailedPreconditionError):
+    """RetryJob on a job that cannot go back to work: not FAILED, CANCELLED or
+    PARTIAL (a group), or a group child on its own (retry its parent)."""
+
+
 class ResourceExhaustedError(JobgateError):
     """Over an admission cap; retry after `retry_delay`."""
 
@@ -156,9 +163,14 @@ class InvalidArgumentError(JobgateError):
 
 
 class PermissionDeniedError(JobgateError):
-    """The credentials are valid but not for this service (client vs worker role)."""
+    """The credentials are valid but not for this call (client, worker or admin role)."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class PoolNotAllowedError(PermissionDeniedError):
+    """The job names a pool outside its tenant's pools (Submit, RetryJob), or a
+    worker claims for another pool than its credential's."""
 
 
 class UnauthenticatedError(JobgateError):
@@ -218,6 +230,8 @@ _BY_REASON: dict[str, type[JobgateError]] = {
     Reason.QUEUE_FULL: QueueFullError,
     Reason.STORE_UNAVAILABLE: UnavailableError,
     Reason.SHUTTING_DOWN: UnavailableError,
+    Reason.POOL_NOT_ALLOWED: PoolNotAllowedError,
+    Reason.JOB_NOT_RETRYABLE: JobNotRetryableError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[JobgateError]] = {

@@ -1,9 +1,9 @@
 """Client commands: `jobgate submit | get | watch | cancel`, and the `worker` daemon.
 
-Human output by default, `--json` for scripts. Errors are one line on stderr.
-Exit codes: 0 success; 1 the job ended FAILED, CANCELLED or PARTIAL (watch,
-submit --wait); 2 bad usage or input; 3 the server refused the call or could
-not be reached; 130 interrupted.
+Human output by default, `--json` for scripts. Errors are one line on stderr;
+exit codes and the shared plumbing are in `_common`. The commands that find
+and redrive jobs (`list`, `retry`) are in `_jobs`, the operator's views
+(`workers`, `queues`) in `_fleet`; all are registered here.
 """
 
 from __future__ import annotations
@@ -17,60 +17,43 @@ import mimetypes
 import os
 import re
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TextIO
-
-from google.protobuf import json_format
+from typing import Any
 
 from jobgate._logs import LOG_FORMATS, LOG_LEVELS
+from jobgate.cli import _fleet, _jobs
+from jobgate.cli._common import (
+    EXIT_JOB_NOT_COMPLETED,
+    EXIT_OK,
+    EXIT_RPC,
+    EXIT_USAGE,
+    UsageError,
+    connection_flags,
+    fail,
+    print_json,
+    run,
+)
 from jobgate.cli._render import ProgressLine, describe_job, job_line
 from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priority_value
 from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError
 from jobgate.v1 import job_pb2, job_service_pb2
 
-EXIT_OK = 0
-EXIT_JOB_NOT_COMPLETED = 1
-EXIT_USAGE = 2
-EXIT_RPC = 3
-EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """Bad input found after parsing (unreadable file, malformed group, ...)."""
+__all__ = ["UsageError", "add_commands", "parse_labels", "read_batch", "read_group"]
 
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
-    """Register submit, get, watch, cancel and worker."""
+    """Register submit, get, watch, cancel, list, retry, workers, queues and worker."""
     _add_submit(subcommands)
     _add_get(subcommands)
     _add_watch(subcommands)
     _add_cancel(subcommands)
+    _jobs.add_commands(subcommands)
+    _fleet.add_commands(subcommands)
     _add_worker(subcommands)
 
 
 # ---------------------------------------------------------------- parsers
-
-
-def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("connection")
-    group.add_argument(
-        "--target",
-        help="JobService address HOST:PORT (env JOBGATE_TARGET, default 127.0.0.1:50051)",
-    )
-    group.add_argument("--token", help="bearer token (env JOBGATE_TOKEN)")
-    group.add_argument("--tenant", help="tenant for servers in open mode (env JOBGATE_TENANT)")
-    group.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="deadline in seconds for each call, retries included (default 30); "
-        "for watch and --wait, the longest time to wait (default: no limit)",
-    )
-    group.add_argument("--tls-ca", metavar="FILE", help="PEM CA of the server's certificate")
-    group.add_argument("--tls-cert", metavar="FILE", help="PEM client certificate (mutual TLS)")
-    group.add_argument("--tls-key", metavar="FILE", help="PEM client key (mutual TLS)")
 
 
 def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -81,6 +64,13 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
         "or many jobs in one atomic call (--batch FILE).",
     )
     parser.add_argument("--model", help="model name: which workers may run the job")
+    parser.add_argument(
+        "--pool",
+        default="",
+        metavar="NAME",
+        help="the worker pool to run in (default: any, or the tenant's first pool); "
+        'for --group and --batch, the default of children and lines without "pool"',
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--file", metavar="FILE", help="payload from a file ('-' for stdin)")
     source.add_argument("--data", metavar="TEXT", help="payload given inline (UTF-8)")
@@ -88,7 +78,7 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
         "--group",
         metavar="FILE",
         help='a group: JSON (a list of children or {"children": [...]}) or JSONL, each '
-        'child {"model", "data" or "payload_b64", "content_type", "labels"}',
+        'child {"model", "data" or "payload_b64", "content_type", "labels", "pool"}',
     )
     source.add_argument(
         "--batch",
@@ -111,8 +101,8 @@ def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--max-attempts", type=int, default=0, help="0 = server default")
     parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_submit))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_submit))
 
 
 def _add_get(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -122,8 +112,8 @@ def _add_get(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--output", metavar="FILE", help="write the raw result bytes to FILE ('-' for stdout)"
     )
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_get))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_get))
 
 
 def _add_watch(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -135,8 +125,8 @@ def _add_watch(subcommands: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("job_id", metavar="ID")
     parser.add_argument("--json", action="store_true", help="one JSON Job per snapshot")
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_watch))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_watch))
 
 
 def _add_cancel(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -144,8 +134,8 @@ def _add_cancel(subcommands: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("job_id", metavar="ID")
     parser.add_argument("--reason", default="", help="why (recorded with the job)")
     parser.add_argument("--json", action="store_true", help="the CancelResponse as JSON")
-    _connection_flags(parser)
-    parser.set_defaults(run=_run(_cancel))
+    connection_flags(parser)
+    parser.set_defaults(run=run(_cancel))
 
 
 def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -201,50 +191,6 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
 # ---------------------------------------------------------------- running
 
 
-Command = Callable[[argparse.Namespace, JobClient], Coroutine[Any, Any, int]]
-
-
-def _run(command: Command) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return asyncio.run(_with_client(command, args))
-        except UsageError as error:
-            return _fail(str(error), EXIT_USAGE)
-        except JobgateError as error:
-            return _fail(str(error), EXIT_RPC)
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
-
-    return run
-
-
-async def _with_client(command: Command, args: argparse.Namespace) -> int:
-    try:
-        client = JobClient(
-            args.target,
-            token=args.token,
-            tenant=args.tenant,
-            tls_ca=args.tls_ca,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            timeout=30.0 if args.timeout is None else args.timeout,
-        )
-    except (OSError, ValueError) as error:
-        raise UsageError(str(error)) from error
-    async with client:
-        return await command(args, client)
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"jobgate: error: {message}", file=sys.stderr)
-    return code
-
-
-def _print_json(message: Any, out: TextIO = sys.stdout) -> None:
-    data = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    print(json.dumps(data, sort_keys=True), file=out, flush=True)
-
-
 def _exit_for(job: job_pb2.Job) -> int:
     return EXIT_OK if job.status == job_pb2.JOB_STATUS_COMPLETED else EXIT_JOB_NOT_COMPLETED
 
@@ -276,7 +222,9 @@ def _read_payload(args: argparse.Namespace) -> tuple[bytes, str]:
     return payload, args.content_type or guessed or "application/octet-stream"
 
 
-def read_group(path: str, default_model: str | None) -> list[job_pb2.JobSpec]:
+def read_group(
+    path: str, default_model: str | None, default_pool: str = ""
+) -> list[job_pb2.JobSpec]:
     """Children from a JSON list, a {"children": [...]} object, or JSON lines."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
@@ -293,15 +241,24 @@ def read_group(path: str, default_model: str | None) -> list[job_pb2.JobSpec]:
         loaded = loaded.get("children")
     if not isinstance(loaded, list) or not loaded:
         raise UsageError(f"{path}: expected a non-empty list of children")
-    return [_child(item, index, default_model, path) for index, item in enumerate(loaded)]
+    return [
+        _child(item, index, (default_model, default_pool), path)
+        for index, item in enumerate(loaded)
+    ]
 
 
 def _child(
-    item: Any, index: int, default_model: str | None, path: str, what: str = "child"
+    item: Any,
+    index: int,
+    defaults: tuple[str | None, str],
+    path: str,
+    what: str = "child",
 ) -> job_pb2.JobSpec:
+    """One JobSpec from a file's item; `defaults` are the model and pool of the flags."""
     where = f"{path}: {what} {index}"
     if not isinstance(item, dict):
         raise UsageError(f"{where}: expected an object")
+    default_model, default_pool = defaults
     model = item.get("model") or default_model
     if not model:
         raise UsageError(f"{where}: no model (give one per child or --model)")
@@ -326,11 +283,12 @@ def _child(
         content_type=str(item.get("content_type") or default_type),
         labels={str(k): str(v) for k, v in labels.items()},
         max_attempts=max_attempts,
+        pool=str(item.get("pool") or default_pool),
     )
 
 
 def read_batch(
-    path: str, default_model: str | None
+    path: str, default_model: str | None, default_pool: str = ""
 ) -> list[tuple[int, job_service_pb2.SubmitRequest]]:
     """One SubmitRequest per JSON line (a child's fields, plus priority and
     idempotency_key), each with its line number; blank lines are skipped."""
@@ -346,7 +304,7 @@ def read_batch(
             item = json.loads(line)
         except json.JSONDecodeError as error:
             raise UsageError(f"{path}: line {number} is not JSON ({error.msg})") from error
-        spec = _child(item, number, default_model, path, what="line")
+        spec = _child(item, number, (default_model, default_pool), path, what="line")
         priority = str(item.get("priority", "batch"))
         if priority.lower() not in PRIORITIES:
             raise UsageError(f"{path}: line {number}: unknown priority {priority!r}")
@@ -376,7 +334,7 @@ def _refused_line(error: JobgateError, lines: list[int]) -> int | None:
 async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
     if args.wait:
         raise UsageError("--wait follows one job; use jobgate watch ID for each of a batch")
-    numbered = read_batch(args.batch, args.model)
+    numbered = read_batch(args.batch, args.model, args.pool)
     try:
         responses = await client.batch_submit([request for _, request in numbered])
     except JobgateError as error:
@@ -384,10 +342,10 @@ async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
         if line is None:
             raise
         # Nothing was created; point at the line to fix, not at an item index.
-        return _fail(f"{args.batch}: line {line}: {error}", EXIT_RPC)
+        return fail(f"{args.batch}: line {line}: {error}", EXIT_RPC)
     if args.json:
         batch = job_service_pb2.BatchSubmitResponse(responses=responses)
-        _print_json(batch)
+        print_json(batch)
         return EXIT_OK
     for response in responses:
         reused = " (existing job for this idempotency key)" if response.reused else ""
@@ -402,7 +360,7 @@ async def _submit(args: argparse.Namespace, client: JobClient) -> int:
         idempotency_key=args.idempotency_key, priority=priority_value(args.priority)
     )
     if args.group is not None:
-        children = read_group(args.group, args.model)
+        children = read_group(args.group, args.model, args.pool)
         request.group.CopyFrom(job_pb2.GroupSpec(children=children, max_parallel=args.max_parallel))
     else:
         if not args.model:
@@ -415,11 +373,12 @@ async def _submit(args: argparse.Namespace, client: JobClient) -> int:
                 content_type=content_type,
                 labels=parse_labels(args.label),
                 max_attempts=args.max_attempts,
+                pool=args.pool,
             )
         )
     response = await client.submit_request(request)
     if args.json:
-        _print_json(response)
+        print_json(response)
     else:
         reused = " (existing job for this idempotency key)" if response.reused else ""
         print(f"submitted {job_line(response.job)}{reused}", flush=True)
@@ -440,7 +399,7 @@ async def _get(args: argparse.Namespace, client: JobClient) -> int:
         else:
             await asyncio.to_thread(Path(args.output).write_bytes, job.result)
     elif args.json:
-        _print_json(job)
+        print_json(job)
     else:
         print(describe_job(job), flush=True)
     return EXIT_OK
@@ -456,7 +415,7 @@ async def _follow(client: JobClient, job_id: str, args: argparse.Namespace) -> i
     async for job in client.watch(job_id, timeout=args.timeout):
         last = job
         if args.json:
-            _print_json(job)
+            print_json(job)
         else:
             line.update(job)
     if last is None or not is_terminal(last):
@@ -469,7 +428,7 @@ async def _follow(client: JobClient, job_id: str, args: argparse.Namespace) -> i
 async def _cancel(args: argparse.Namespace, client: JobClient) -> int:
     response = await client.cancel(args.job_id, args.reason)
     if args.json:
-        _print_json(response)
+        print_json(response)
     elif response.cancelled:
         print(f"cancelled {job_line(response.job)}", flush=True)
     else:
@@ -485,9 +444,9 @@ def _run_worker(args: argparse.Namespace) -> int:
 
     _logs.configure(args.log_format, args.log_level)
     if args.concurrency < 1:
-        return _fail("--concurrency must be at least 1", EXIT_USAGE)
+        return fail("--concurrency must be at least 1", EXIT_USAGE)
     if not 0 < args.claim_wait <= 60:
-        return _fail("--claim-wait must be in (0, 60] seconds", EXIT_USAGE)
+        return fail("--claim-wait must be in (0, 60] seconds", EXIT_USAGE)
     try:
         handler = worker.load_handler(args.handler)
         token = (
@@ -501,7 +460,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             target=args.target or worker.DEFAULT_WORKER_TARGET, token=token
         ).with_tls_files(args.tls_ca, args.tls_cert, args.tls_key)
     except (worker.HandlerLoadError, OSError, ValueError) as error:
-        return _fail(str(error), EXIT_USAGE)
+        return fail(str(error), EXIT_USAGE)
     config = worker.WorkerConfig(
         models=tuple(args.model),
         connection=connection,

@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -30,6 +39,7 @@ from jobgate.client._channel import ConnectionConfig
 from jobgate.client._retry import RetryPolicy, call_with_retry
 from jobgate.errors import DeadlineExceededError, error_from_rpc
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
+from jobgate.v1.errors import Reason
 
 T = TypeVar("T")
 Req = TypeVar("Req")
@@ -103,8 +113,13 @@ def job_spec(
     max_attempts: int = 0,
     queue_timeout: Seconds | None = None,
     run_timeout: Seconds | None = None,
+    pool: str = "",
 ) -> job_pb2.JobSpec:
-    """Build one JobSpec (a single job, or a child of a group). A str payload is UTF-8."""
+    """Build one JobSpec (a single job, or a child of a group). A str payload is UTF-8.
+
+    `pool` asks for a worker pool ("" : any pool, or the tenant's first pool
+    when its credential is restricted to some).
+    """
     spec = job_pb2.JobSpec(
         model=model,
         payload=payload.encode() if isinstance(payload, str) else payload,
@@ -112,6 +127,7 @@ def job_spec(
         or ("text/plain; charset=utf-8" if isinstance(payload, str) else ""),
         labels=dict(labels or {}),
         max_attempts=max_attempts,
+        pool=pool,
     )
     if queue_timeout is not None:
         spec.queue_timeout.FromTimedelta(_timedelta(queue_timeout))
@@ -194,10 +210,14 @@ class JobClient:
         max_attempts: int = 0,
         queue_timeout: Seconds | None = None,
         run_timeout: Seconds | None = None,
+        pool: str = "",
         idempotency_key: str | None = None,
         timeout: Timeout = USE_DEFAULT,
     ) -> job_pb2.Job:
-        """Submit one job and return it (QUEUED, or the existing job for a reused key)."""
+        """Submit one job and return it (QUEUED, or the existing job for a reused key).
+
+        A `pool` outside the tenant's pools raises PoolNotAllowedError.
+        """
         spec = job_spec(
             model,
             payload,
@@ -206,6 +226,7 @@ class JobClient:
             max_attempts=max_attempts,
             queue_timeout=queue_timeout,
             run_timeout=run_timeout,
+            pool=pool,
         )
         request = job_service_pb2.SubmitRequest(
             idempotency_key=idempotency_key or "", priority=priority_value(priority), job=spec
@@ -322,6 +343,96 @@ class JobClient:
         assert last is not None and is_terminal(last)
         return last
 
+    async def list_jobs_page(
+        self,
+        *,
+        filter: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: Timeout = USE_DEFAULT,
+    ) -> tuple[list[job_pb2.Job], str]:
+        """One ListJobs call: the page's jobs (newest first) and the next page's token.
+
+        The token is "" on the last page. A page may be short, even empty, and
+        still have a token (the server bounds the jobs one call examines).
+        `page_size` 0 is the server's default (50); it caps at 1000.
+        """
+        request = job_service_pb2.ListJobsRequest(
+            filter=filter, page_size=page_size, page_token=page_token
+        )
+        response = await self._unary("ListJobs", self.stub.ListJobs, request, timeout)
+        return list(response.jobs), response.next_page_token
+
+    async def list_jobs(
+        self, *, filter: str = "", page_size: int = 0, timeout: Timeout = USE_DEFAULT
+    ) -> AsyncIterator[list[job_pb2.Job]]:
+        """Yield the pages of ListJobs, following next_page_token to the last page.
+
+        Empty pages are skipped; `timeout` applies to each page's call. The
+        walk is stable (DESIGN.md "ListJobs"): a job that matches the filter
+        for the whole walk comes exactly once, however jobs change meanwhile.
+        """
+        token = ""
+        while True:
+            jobs, token = await self.list_jobs_page(
+                filter=filter, page_size=page_size, page_token=token, timeout=timeout
+            )
+            if jobs:
+                yield jobs
+            if not token:
+                return
+
+    async def retry_job(self, job_id: str, *, timeout: Timeout = USE_DEFAULT) -> job_pb2.Job:
+        """Put a FAILED or CANCELLED job, or a FAILED, PARTIAL or CANCELLED
+        group's unfinished children, back to work; returns the job after it.
+
+        Raises JobNotRetryableError for any other status or a group child,
+        PoolNotAllowedError when the job's pool is no longer the tenant's.
+
+        RetryJob is not idempotent: a resend after a lost answer finds the job
+        live again and is refused. So when an earlier try's outcome is unknown
+        (UNAVAILABLE, CANCELLED) and a later one answers JOB_NOT_RETRYABLE, the
+        job is read back: if it is live, that earlier try worked.
+        """
+        request = job_service_pb2.RetryJobRequest(job_id=job_id)
+        unsure = False
+
+        async def attempt(remaining: float | None) -> job_pb2.Job:
+            nonlocal unsure
+            try:
+                response = await self.stub.RetryJob(
+                    request, timeout=remaining, metadata=self.config.metadata
+                )
+                return response.job
+            except grpc.RpcError as rpc_error:
+                if unsure and error_from_rpc(rpc_error).reason == Reason.JOB_NOT_RETRYABLE:
+                    current = await self._get_once(job_id, remaining)
+                    if not is_terminal(current):
+                        return current
+                unsure = unsure or _outcome_unknown(rpc_error)
+                raise
+
+        return await self._retrying("RetryJob", attempt, timeout)
+
+    async def list_workers(self, *, timeout: Timeout = USE_DEFAULT) -> list[job_pb2.Worker]:
+        """The workers seen in the last 120 s or holding a lease, most recently seen first
+        (admin callers; PermissionDeniedError for clients)."""
+        request = job_service_pb2.ListWorkersRequest()
+        response = await self._unary("ListWorkers", self.stub.ListWorkers, request, timeout)
+        return list(response.workers)
+
+    async def list_queues(self, *, timeout: Timeout = USE_DEFAULT) -> list[job_pb2.QueueStats]:
+        """One entry per model, priority and pool with queued or processing jobs
+        (admin callers; PermissionDeniedError for clients)."""
+        request = job_service_pb2.ListQueuesRequest()
+        response = await self._unary("ListQueues", self.stub.ListQueues, request, timeout)
+        return list(response.queues)
+
+    async def _get_once(self, job_id: str, remaining: float | None) -> job_pb2.Job:
+        request = job_service_pb2.GetRequest(job_id=job_id)
+        response = await self.stub.Get(request, timeout=remaining, metadata=self.config.metadata)
+        return response.job
+
     async def _unary(
         self,
         name: str,
@@ -332,9 +443,20 @@ class JobClient:
         async def attempt(remaining: float | None) -> T:
             return await method(request, timeout=remaining, metadata=self.config.metadata)
 
+        return await self._retrying(name, attempt, timeout)
+
+    async def _retrying(
+        self, name: str, attempt: Callable[[float | None], Awaitable[T]], timeout: Timeout
+    ) -> T:
         return await call_with_retry(
             attempt, policy=self.retry, timeout=self._deadline(timeout), what=name
         )
+
+
+def _outcome_unknown(rpc_error: grpc.RpcError) -> bool:
+    """True when the failed call may still have taken effect on the server."""
+    code: grpc.StatusCode = rpc_error.code()
+    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 
 
 class SyncJobClient:
@@ -403,16 +525,41 @@ class SyncJobClient:
 
     def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[job_pb2.Job]:
         """See JobClient.watch."""
-        snapshots = self._client.watch(job_id, timeout=timeout)
+        return self._iterate(self._client.watch(job_id, timeout=timeout))
 
-        async def next_snapshot() -> job_pb2.Job:
-            return await anext(snapshots)
+    def list_jobs_page(self, **options: Any) -> tuple[list[job_pb2.Job], str]:
+        """See JobClient.list_jobs_page."""
+        return self._run(self._client.list_jobs_page(**options))
+
+    def list_jobs(self, **options: Any) -> Iterator[list[job_pb2.Job]]:
+        """See JobClient.list_jobs: the same pages, as a plain iterator."""
+        return self._iterate(self._client.list_jobs(**options))
+
+    def retry_job(self, job_id: str, **options: Any) -> job_pb2.Job:
+        """See JobClient.retry_job."""
+        return self._run(self._client.retry_job(job_id, **options))
+
+    def list_workers(self, **options: Any) -> list[job_pb2.Worker]:
+        """See JobClient.list_workers."""
+        return self._run(self._client.list_workers(**options))
+
+    def list_queues(self, **options: Any) -> list[job_pb2.QueueStats]:
+        """See JobClient.list_queues."""
+        return self._run(self._client.list_queues(**options))
+
+    def _iterate(self, items: AsyncIterator[T]) -> Iterator[T]:
+        """Drive an async iterator on the private loop, one item per step."""
+
+        async def next_item() -> T:
+            return await anext(items)
 
         try:
             while True:
                 try:
-                    yield self._run(next_snapshot())
+                    yield self._run(next_item())
                 except StopAsyncIteration:
                     return
         finally:
-            self._run(snapshots.aclose())
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                self._run(close())

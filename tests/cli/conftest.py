@@ -1,15 +1,18 @@
-"""A `jobgate serve` with one worker daemon, and a helper that runs `jobgate` commands."""
+"""A `jobgate serve` with one worker daemon, and a helper that runs `jobgate` commands;
+or the fake JobService of tests/client, for the commands whose RPCs it stands in for."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.cli.fake_cli import FakeCli
+from tests.client.fake_job_service import FakeJobService, start
 from tests.e2e.harness import Deployment, embedded_deployment, server_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -79,3 +82,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
 @pytest.fixture
 def cli(server: Deployment) -> Cli:
     return Cli(server.job_target)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[FakeJobService, str]]:
+    """The in-memory JobService of tests/client, on a free loopback port, and its address."""
+    service = FakeJobService()
+    fake_server, target = await start(service)
+    yield service, target
+    await fake_server.stop(grace=None)
+
+
+@pytest.fixture
+def service(fake: tuple[FakeJobService, str]) -> FakeJobService:
+    return fake[0]
+
+
+@pytest.fixture
+def fake_cli(fake: tuple[FakeJobService, str], capsys: pytest.CaptureFixture[str]) -> FakeCli:
+    return FakeCli(fake[1], capsys)

@@ -24,6 +24,7 @@ from jobgate import (
     SyncJobClient,
     UnavailableError,
 )
+from jobgate.errors import JobNotRetryableError, PoolNotAllowedError
 from jobgate.v1 import job_pb2
 from tests.client.fake_job_service import UNAVAILABLE, Fail, FakeJobService, job
 
@@ -40,6 +41,8 @@ NO_RETRY = RetryPolicy(max_attempts=1)
         (Fail(code_pb2.RESOURCE_EXHAUSTED, "TENANT_QUOTA_EXCEEDED", 1.5), QuotaExceededError),
         (Fail(code_pb2.RESOURCE_EXHAUSTED, "QUEUE_FULL", 1.5), QueueFullError),
         (Fail(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", 1.5), UnavailableError),
+        (Fail(code_pb2.PERMISSION_DENIED, "POOL_NOT_ALLOWED"), PoolNotAllowedError),
+        (Fail(code_pb2.FAILED_PRECONDITION, "JOB_NOT_RETRYABLE"), JobNotRetryableError),
         (Fail(code_pb2.INTERNAL), InternalError),
         (Fail(code_pb2.CANCELLED), CallCancelledError),
     ],
@@ -136,6 +139,19 @@ async def test_submit_sends_the_whole_spec(fake: Fake, client: JobClient) -> Non
     assert dict(request.job.labels) == {"team": "a"}
     assert request.job.max_attempts == 5
     assert request.job.run_timeout.seconds == 60
+
+
+async def test_submit_asks_for_the_pool_it_is_given(fake: Fake, client: JobClient) -> None:
+    service, _ = fake
+
+    await client.submit("text-stats", "hello", pool="onprem")
+
+    assert service.calls("Submit")[0].request.job.pool == "onprem"
+
+
+def test_a_job_spec_without_a_pool_may_run_in_any_pool() -> None:
+    assert jobgate.job_spec("m").pool == ""
+    assert jobgate.job_spec("m", pool="gpu-a").pool == "gpu-a"
 
 
 async def test_watch_yields_snapshots_until_the_terminal_one(fake: Fake, client: JobClient) -> None:
