@@ -13,7 +13,7 @@ import grpc.aio
 from gateway_server import convert, validate
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
-from serving.auth import Caller, Role
+from serving.auth import JOB_SERVICE_ROLES, Caller, require_operator
 from serving.context import Serving
 from serving.convert import job_to_proto
 from serving.logs import job_fields
@@ -31,7 +31,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self._settings = serving.settings
 
     def _caller(self, context: Context) -> Caller:
-        return self._serving.auth.authenticate(context.invocation_metadata(), Role.CLIENT)
+        return self._serving.auth.authenticate(context.invocation_metadata(), JOB_SERVICE_ROLES)
 
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         caller = self._caller(context)
@@ -115,7 +115,8 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             if child.status is JobStatus.CANCELLED and child.end_time == job.end_time:
                 metrics.finished(child)
 
-    # Not built yet: these answer UNIMPLEMENTED until their issues land.
+    # Not built yet: these answer UNIMPLEMENTED until their issues land (the
+    # operator methods check the caller's role first).
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobs is not available yet")
 
@@ -125,11 +126,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     async def ListWorkers(
         self, request: pb.ListWorkersRequest, context: Context
     ) -> pb.ListWorkersResponse:
+        require_operator(self._caller(context), "ListWorkers")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListWorkers is not available yet")
 
     async def ListQueues(
         self, request: pb.ListQueuesRequest, context: Context
     ) -> pb.ListQueuesResponse:
+        require_operator(self._caller(context), "ListQueues")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListQueues is not available yet")
 
 

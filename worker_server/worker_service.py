@@ -12,7 +12,7 @@ import grpc.aio
 
 from jobgate.v1 import worker_service_pb2 as pb
 from jobgate.v1 import worker_service_pb2_grpc
-from serving.auth import Role
+from serving.auth import WORKER_SERVICE_ROLES
 from serving.context import Serving
 from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
@@ -35,7 +35,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
 
     def _authorize(self, context: Context) -> None:
         # Workers serve every tenant (a shared fleet); the lease id proves ownership.
-        self._serving.auth.authenticate(context.invocation_metadata(), Role.WORKER)
+        self._serving.auth.authenticate(context.invocation_metadata(), WORKER_SERVICE_ROLES)
 
     async def ClaimNext(
         self, request: pb.ClaimNextRequest, context: Context

@@ -13,6 +13,8 @@ import re
 #: A job id is a ULID: 26 characters of Crockford base32 (either case).
 JOB_ID_PATTERN = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", re.IGNORECASE)
 MODEL_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+#: A worker pool's name: the model rule (JobSpec.pool, ClaimNextRequest.pool, the auth file).
+POOL_PATTERN = MODEL_PATTERN
 ERROR_CODE_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 MAX_LABELS = 64
