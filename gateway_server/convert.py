@@ -34,6 +34,7 @@ def job_spec(spec: job_pb2.JobSpec) -> JobSpec:
         max_attempts=spec.max_attempts,
         queue_timeout=duration_or_none(spec.queue_timeout),
         run_timeout=duration_or_none(spec.run_timeout),
+        pool=spec.pool,  # as requested: serving.placement binds it
     )
 
 

@@ -13,6 +13,7 @@ import grpc.aio
 from gateway_server import convert, validate
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
+from serving import placement
 from serving.auth import JOB_SERVICE_ROLES, Caller, require_operator
 from serving.context import Serving
 from serving.convert import job_to_proto
@@ -36,7 +37,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         caller = self._caller(context)
         validate.submit(request, self._settings)
-        submit = convert.submit_request(caller.tenant, request)
+        submit = placement.bind_submit(caller.pools, convert.submit_request(caller.tenant, request))
         result = await self._store.submit(submit)
         if not result.reused:
             self._serving.metrics.submitted(
@@ -51,7 +52,9 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     ) -> pb.BatchSubmitResponse:
         caller = self._caller(context)
         validate.batch_submit(request, self._settings)
-        submits = [convert.submit_request(caller.tenant, item) for item in request.requests]
+        submits = placement.bind_batch(
+            caller.pools, [convert.submit_request(caller.tenant, item) for item in request.requests]
+        )
         results = await self._store.submit_batch(submits)
         response = pb.BatchSubmitResponse()
         for submit, result in zip(submits, results, strict=True):

@@ -69,6 +69,7 @@ def job_to_proto(job: Job) -> job_pb2.Job:
         children=[child_to_proto(child) for child in job.children],
         worker_id=job.worker_id,
         cancel_requested=job.cancel_requested,
+        pool=job.pool,
     )
     if job.start_time is not None:
         message.start_time.CopyFrom(timestamp(job.start_time))
