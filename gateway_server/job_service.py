@@ -118,12 +118,14 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             if child.status is JobStatus.CANCELLED and child.end_time == job.end_time:
                 metrics.finished(child)
 
-    # Not built yet: these answer UNIMPLEMENTED until their issues land (the
-    # operator methods check the caller's role first).
+    # Not built yet: these check the caller and the request, then answer
+    # UNIMPLEMENTED until the store has them.
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobs is not available yet")
 
     async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:
+        self._caller(context)
+        validate.retry_job(request)
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "RetryJob is not available yet")
 
     async def ListWorkers(
