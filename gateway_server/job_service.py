@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from gateway_server import convert, validate
+from gateway_server import convert, listing, validate
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
 from serving import placement
@@ -121,6 +121,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     # Not built yet: these check the caller and the request, then answer
     # UNIMPLEMENTED until the store has them.
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
+        listing.list_query(self._caller(context), request)  # TODO(list): store read, list_response
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobs is not available yet")
 
     async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:

@@ -198,6 +198,25 @@ async def test_retry_job_id_is_validated_like_gets(harness: Harness, job_id: str
     assert (failure.code, failure.violations) == (grpc.StatusCode.INVALID_ARGUMENT, ["job_id"])
 
 
+LIST_CASES: list[tuple[str, job_service_pb2.ListJobsRequest, str]] = [
+    ("negative page_size", job_service_pb2.ListJobsRequest(page_size=-1), "page_size"),
+    ("filter over 4096 bytes", job_service_pb2.ListJobsRequest(filter="m" * 4097), "filter"),
+    ("filter not understood", job_service_pb2.ListJobsRequest(filter="status ="), "filter"),
+    ("page_token too long", job_service_pb2.ListJobsRequest(page_token="t" * 513), "page_token"),
+    ("page_token not a token", job_service_pb2.ListJobsRequest(page_token="abc"), "page_token"),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"), [c[1:] for c in LIST_CASES], ids=[c[0] for c in LIST_CASES]
+)
+async def test_list_jobs_field_is_validated(
+    harness: Harness, request_: job_service_pb2.ListJobsRequest, field: str
+) -> None:
+    failure = await fails(harness.job.ListJobs(request_, timeout=5))
+    assert (failure.code, failure.violations) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
+
+
 async def test_stream_status_validates_job_id(harness: Harness) -> None:
     stream = harness.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id="x"), timeout=5)
     failure = await fails(stream.read())
