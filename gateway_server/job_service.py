@@ -10,10 +10,11 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from gateway_server import convert, validate
+from gateway_server import convert, listing, validate
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
-from serving.auth import Caller, Role
+from serving import placement
+from serving.auth import JOB_SERVICE_ROLES, Caller, require_operator
 from serving.context import Serving
 from serving.convert import job_to_proto
 from serving.logs import job_fields
@@ -31,12 +32,12 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self._settings = serving.settings
 
     def _caller(self, context: Context) -> Caller:
-        return self._serving.auth.authenticate(context.invocation_metadata(), Role.CLIENT)
+        return self._serving.auth.authenticate(context.invocation_metadata(), JOB_SERVICE_ROLES)
 
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         caller = self._caller(context)
         validate.submit(request, self._settings)
-        submit = convert.submit_request(caller.tenant, request)
+        submit = placement.bind_submit(caller.pools, convert.submit_request(caller.tenant, request))
         result = await self._store.submit(submit)
         if not result.reused:
             self._serving.metrics.submitted(
@@ -51,7 +52,9 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     ) -> pb.BatchSubmitResponse:
         caller = self._caller(context)
         validate.batch_submit(request, self._settings)
-        submits = [convert.submit_request(caller.tenant, item) for item in request.requests]
+        submits = placement.bind_batch(
+            caller.pools, [convert.submit_request(caller.tenant, item) for item in request.requests]
+        )
         results = await self._store.submit_batch(submits)
         response = pb.BatchSubmitResponse()
         for submit, result in zip(submits, results, strict=True):
@@ -115,21 +118,27 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             if child.status is JobStatus.CANCELLED and child.end_time == job.end_time:
                 metrics.finished(child)
 
-    # Not built yet: these answer UNIMPLEMENTED until their issues land.
+    # Not built yet: these check the caller and the request, then answer
+    # UNIMPLEMENTED until the store has them.
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
+        listing.list_query(self._caller(context), request)  # TODO(list): store read, list_response
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobs is not available yet")
 
     async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:
+        self._caller(context)
+        validate.retry_job(request)
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "RetryJob is not available yet")
 
     async def ListWorkers(
         self, request: pb.ListWorkersRequest, context: Context
     ) -> pb.ListWorkersResponse:
+        require_operator(self._caller(context), "ListWorkers")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListWorkers is not available yet")
 
     async def ListQueues(
         self, request: pb.ListQueuesRequest, context: Context
     ) -> pb.ListQueuesResponse:
+        require_operator(self._caller(context), "ListQueues")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListQueues is not available yet")
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from jobgate.v1 import job_pb2, job_service_pb2
 from jobgate.v1.limits import (
+    DEFAULT_PAGE_SIZE,
     MAX_ATTEMPTS,
     MAX_CANCEL_REASON_BYTES,
     MAX_CONTENT_TYPE_BYTES,
     MAX_DURATION_SECONDS,
+    MAX_FILTER_BYTES,
     MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_PAGE_SIZE,
+    MAX_PAGE_TOKEN_BYTES,
 )
 from serving.settings import ServerSettings
 from serving.validation import Violations
@@ -85,6 +89,7 @@ def _group(
 
 def _spec(v: Violations, path: str, spec: job_pb2.JobSpec, max_payload_bytes: int) -> None:
     v.model(f"{path}.model", spec.model)
+    v.pool(f"{path}.pool", spec.pool)
     v.max_bytes(f"{path}.payload", spec.payload, max_payload_bytes)
     v.max_bytes(f"{path}.content_type", spec.content_type, MAX_CONTENT_TYPE_BYTES)
     v.labels(f"{path}.labels", spec.labels)
@@ -99,8 +104,27 @@ def job_id(value: str) -> None:
     v.raise_if_any()
 
 
+def retry_job(request: job_service_pb2.RetryJobRequest) -> None:
+    job_id(request.job_id)
+
+
 def cancel(request: job_service_pb2.CancelRequest) -> None:
     v = Violations()
     v.job_id("job_id", request.job_id)
     v.max_bytes("reason", request.reason, MAX_CANCEL_REASON_BYTES)
     v.raise_if_any()
+
+
+def list_jobs(request: job_service_pb2.ListJobsRequest) -> None:
+    """The sizes; the filter's grammar and the token are checked as they are read."""
+    v = Violations()
+    if request.page_size < 0:
+        v.add("page_size", f"must not be negative (got {request.page_size})")
+    v.max_bytes("filter", request.filter, MAX_FILTER_BYTES)
+    v.max_bytes("page_token", request.page_token, MAX_PAGE_TOKEN_BYTES)
+    v.raise_if_any()
+
+
+def page_size(requested: int) -> int:
+    """ListJobs' page size: 0 means DEFAULT_PAGE_SIZE, above MAX_PAGE_SIZE means that."""
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)

@@ -2,7 +2,8 @@
 
 - `StoreError` -> its own `to_status()` (ErrorInfo, RetryInfo, BadRequest);
 - `ValidationError` -> INVALID_ARGUMENT with BadRequest field violations;
-- `AuthError` -> UNAUTHENTICATED / PERMISSION_DENIED;
+- `AuthError` -> UNAUTHENTICATED / PERMISSION_DENIED (with ErrorInfo when it
+  has a reason: POOL_NOT_ALLOWED);
 - `ShuttingDown` -> UNAVAILABLE, ErrorInfo SHUTTING_DOWN, RetryInfo;
 - anything else -> INTERNAL, logged once with its traceback (AIP-194: a bug
   is not an outage, so the client must not retry it). Only store trouble and
@@ -23,7 +24,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from jobgate.v1.errors import ERROR_DOMAIN, FieldViolation, Reason
-from jobgate.v1.limits import clip_utf8
+from jobgate.v1.limits import MAX_QUOTED_INPUT_BYTES, clip_utf8
 from serving.auth import AuthError
 from serving.validation import ValidationError
 from store.errors import StoreError
@@ -61,12 +62,26 @@ def _status_of(error: BaseException, method: str) -> status_pb2.Status:
     if isinstance(error, ValidationError):
         return _bad_request(error.violations)
     if isinstance(error, AuthError):
-        return status_pb2.Status(code=error.code, message=error.message)
+        return _auth(error)
     if isinstance(error, ShuttingDown):
         return unavailable(
             "the server is shutting down", Reason.SHUTTING_DOWN, timedelta(milliseconds=500)
         )
     return internal(error, method)
+
+
+def _auth(error: AuthError) -> status_pb2.Status:
+    """The code and message; an ErrorInfo too when the refusal has a reason (POOL_NOT_ALLOWED)."""
+    status = status_pb2.Status(code=error.code, message=error.message)
+    if error.reason:
+        metadata = {
+            key: clip_utf8(value, MAX_QUOTED_INPUT_BYTES) for key, value in error.metadata.items()
+        }
+        info = error_details_pb2.ErrorInfo(
+            reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata
+        )
+        status.details.add().Pack(info)
+    return status
 
 
 def internal(error: BaseException, method: str) -> status_pb2.Status:

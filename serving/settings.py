@@ -24,6 +24,8 @@ from store.model import StoreSettings
 
 T = TypeVar("T")
 _STORE = StoreSettings()
+FAIR_SHARE_MODES = ("tenant", "off")
+DATA_SYNC_MODES = ("full", "normal")
 
 
 class SettingsError(ValueError):
@@ -70,6 +72,14 @@ class ServerSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    #: "tenant" (claims interleave tenants by weight) or "off" (one FIFO order).
+    fair_share: str = "tenant" if _STORE.fair_share else "off"
+    #: serve: the embedded store's directory (SQLite); None keeps it in memory.
+    data_dir: str | None = None
+    #: "full" syncs every commit to disk, "normal" leaves it to the OS.
+    data_sync: str = "full"
+    #: serve: where the web console listens; None starts none.
+    console_listen: Address | None = None
 
     def store_settings(self) -> StoreSettings:
         return StoreSettings(
@@ -83,6 +93,7 @@ class ServerSettings:
             max_live_total=self.max_live_total,
             retry_backoff_base=self.retry_backoff,
             retry_backoff_max=self.retry_backoff_max,
+            fair_share=self.fair_share == "tenant",
         )
 
 
@@ -233,6 +244,27 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag("tls_key", _non_empty, "server private key (PEM) for TLS", "PATH"),
     _Flag(
         "tls_client_ca", _non_empty, "CA (PEM) for mutual TLS: clients must present a cert", "PATH"
+    ),
+    _Flag(
+        "fair_share",
+        _choice_parser(FAIR_SHARE_MODES),
+        "tenant: claims interleave tenants by weight; off: one FIFO order; fixed for a"
+        " deployment's life",
+        "|".join(FAIR_SHARE_MODES),
+    ),
+    _Flag("data_dir", _non_empty, "serve: keep the embedded store in DIR (unset: memory)", "DIR"),
+    _Flag(
+        "data_sync",
+        _choice_parser(DATA_SYNC_MODES),
+        "serve --data-dir: full syncs each commit to disk; normal survives a crash, not a"
+        " power loss",
+        "|".join(DATA_SYNC_MODES),
+    ),
+    _Flag(
+        "console_listen",
+        parse_optional_address,
+        "serve: also serve the web console here (unset or off: none)",
+        "HOST:PORT",
     ),
 )
 

@@ -25,6 +25,7 @@ from jobgate.v1.limits import (
     MAX_LABELS,
     MAX_QUOTED_INPUT_BYTES,
     MODEL_PATTERN,
+    POOL_PATTERN,
     clip_utf8,
 )
 
@@ -67,6 +68,11 @@ class Violations:
             self.add(path, "required")
         elif not MODEL_PATTERN.fullmatch(value):
             self.add(path, "must match [a-z0-9][a-z0-9._-]{0,63}")
+
+    def pool(self, path: str, value: str) -> None:
+        """A pool name, or empty (any pool / the caller's default)."""
+        if value and not POOL_PATTERN.fullmatch(value):
+            self.add(path, f"must be empty or match {POOL_PATTERN.pattern}")
 
     def max_bytes(self, path: str, value: str | bytes, limit: int) -> None:
         size = len(value.encode() if isinstance(value, str) else value)

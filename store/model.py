@@ -105,6 +105,9 @@ class StoreSettings:
     retry_backoff_max: timedelta = timedelta(seconds=60)
     # The audit stream is capped (approximately) at this many entries.
     events_max_length: int = 100_000
+    # --fair-share tenant (True) or off: claims interleave tenants by weight,
+    # or keep one FIFO order across tenants. Fixed for a deployment's life.
+    fair_share: bool = True
 
 
 @dataclass(frozen=True)

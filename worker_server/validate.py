@@ -29,6 +29,7 @@ def claim_next(request: pb.ClaimNextRequest) -> None:
     _models(v, request.models)
     v.duration("wait", request.wait, MAX_WAIT_SECONDS)
     v.int_range("max_jobs", request.max_jobs, 0, MAX_JOBS_PER_CLAIM)
+    v.pool("pool", request.pool)
     v.raise_if_any()
 
 
@@ -86,6 +87,7 @@ def report_and_claim(request: pb.ReportAndClaimRequest, max_result_bytes: int) -
     if request.max_jobs > 0 or request.models:
         _models(v, request.models)
     v.duration("wait", request.wait, MAX_WAIT_SECONDS)
+    v.pool("pool", request.pool)
     for name, items in (("results", request.results), ("heartbeats", request.heartbeats)):
         if len(items) > MAX_REPORTS_PER_CALL:
             v.add(name, f"at most {MAX_REPORTS_PER_CALL} entries (got {len(items)})")

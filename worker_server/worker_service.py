@@ -12,7 +12,8 @@ import grpc.aio
 
 from jobgate.v1 import worker_service_pb2 as pb
 from jobgate.v1 import worker_service_pb2_grpc
-from serving.auth import Role
+from serving import placement
+from serving.auth import WORKER_SERVICE_ROLES, Caller
 from serving.context import Serving
 from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
@@ -33,18 +34,19 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._store = serving.store
         self._releasing: set[asyncio.Task[None]] = set()
 
-    def _authorize(self, context: Context) -> None:
+    def _authorize(self, context: Context) -> Caller:
         # Workers serve every tenant (a shared fleet); the lease id proves ownership.
-        self._serving.auth.authenticate(context.invocation_metadata(), Role.WORKER)
+        return self._serving.auth.authenticate(context.invocation_metadata(), WORKER_SERVICE_ROLES)
 
     async def ClaimNext(
         self, request: pb.ClaimNextRequest, context: Context
     ) -> pb.ClaimNextResponse:
-        self._authorize(context)
+        caller = self._authorize(context)
         validate.claim_next(request)
+        pool = placement.claim_pool(caller, request.pool)
         wait = _wait(request, context)
         claimed = await self._claim(
-            request.worker_id, request.models, request.max_jobs or 1, wait, context
+            request.worker_id, request.models, pool, request.max_jobs or 1, wait, context
         )
         return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
 
@@ -86,8 +88,9 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
     async def ReportAndClaim(
         self, request: pb.ReportAndClaimRequest, context: Context
     ) -> pb.ReportAndClaimResponse:
-        self._authorize(context)
+        caller = self._authorize(context)
         validate.report_and_claim(request, self._serving.settings.max_payload_bytes)
+        pool = placement.claim_pool(caller, request.pool)
         response = pb.ReportAndClaimResponse()
         # Each beat is its own store step; sent together, a worker's batch of
         # beats costs one round trip of wall time, not one per held job.
@@ -97,7 +100,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             )
         results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
         # The results and the claim of what is queued now share one store step.
-        reported = await self._store.report_and_claim(
+        reported = await self._store.report_and_claim(  # TODO(placement): claim for `pool`
             request.worker_id, request.models, results, request.max_jobs
         )
         for result, answer in zip(request.results, reported.results, strict=True):
@@ -109,7 +112,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             # Nothing queued: long-poll as ClaimNext does (a heartbeat's answer,
             # cancel_requested, never waits for a job; nor does a caller gone).
             claimed = await self._claim(
-                request.worker_id, request.models, request.max_jobs, wait, context
+                request.worker_id, request.models, pool, request.max_jobs, wait, context
             )
         response.jobs.extend(convert.claimed_job(item) for item in claimed)
         return response
@@ -127,11 +130,12 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self,
         worker_id: str,
         models: Sequence[str],
+        pool: str,
         max_jobs: int,
         wait: timedelta,
         context: Context,
     ) -> list[ClaimedJob]:
-        claim = asyncio.ensure_future(
+        claim = asyncio.ensure_future(  # TODO(placement): pass `pool` to the store
             self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait)
         )
         try:

@@ -13,6 +13,8 @@ import re
 #: A job id is a ULID: 26 characters of Crockford base32 (either case).
 JOB_ID_PATTERN = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", re.IGNORECASE)
 MODEL_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+#: A worker pool's name: the model rule (JobSpec.pool, ClaimNextRequest.pool, the auth file).
+POOL_PATTERN = MODEL_PATTERN
 ERROR_CODE_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 MAX_LABELS = 64
@@ -35,6 +37,13 @@ MAX_ERROR_MESSAGE_BYTES = 4096
 MAX_CANCEL_REASON_BYTES = 1024
 #: Durations beyond this are surely mistakes (and overflow some clocks).
 MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
+#: ListJobs: page_size 0 means DEFAULT_PAGE_SIZE; above MAX_PAGE_SIZE means that.
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+#: ListJobs' filter, in UTF-8 bytes (enough for every field and a few labels).
+MAX_FILTER_BYTES = 4096
+#: ListJobs' page_token; the servers' own tokens are far shorter.
+MAX_PAGE_TOKEN_BYTES = 512
 #: An error answer quotes at most this many bytes of any input value, so the
 #: status and its details fit gRPC's default 16 KiB metadata limit.
 MAX_QUOTED_INPUT_BYTES = 128

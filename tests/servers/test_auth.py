@@ -16,6 +16,7 @@ from tests.servers.harness import Harness, Metadata, fails
 
 TOKENS = {"alice-token": ("alice", "client"), "bob-token": ("bob", "client")}
 TOKENS["gpu-token"] = ("fleet", "worker")
+TOKENS["ops-token"] = ("ops", "admin")
 
 
 def bearer(token: str) -> Metadata:
@@ -103,7 +104,7 @@ def test_auth_file_must_be_valid(tmp_path: Path) -> None:
     path = tmp_path / "auth.json"
     for document in (
         '{"tokens": [{"sha256": "xyz", "tenant": "a", "role": "client"}]}',
-        '{"tokens": [{"sha256": "' + "0" * 64 + '", "tenant": "a", "role": "admin"}]}',
+        '{"tokens": [{"sha256": "' + "0" * 64 + '", "tenant": "a", "role": "operator"}]}',
         "not json",
         '{"nope": []}',
     ):
@@ -122,3 +123,42 @@ def test_bearer_scheme_is_required(tmp_path: Path) -> None:
 
     with pytest.raises(AuthError):
         auth.authenticate([("authorization", "Basic alice-token")], Role.CLIENT)
+
+
+async def test_admin_token_submits_as_its_own_tenant(secured: Harness) -> None:
+    assert (await secured.submit(metadata=bearer("ops-token"))).tenant == "ops"
+
+
+async def test_admin_token_may_not_call_worker_service(secured: Harness) -> None:
+    from jobgate.v1 import worker_service_pb2
+
+    request = worker_service_pb2.ClaimNextRequest(worker_id="w", models=["m"])
+    call = secured.worker.ClaimNext(request, metadata=bearer("ops-token"), timeout=5)
+    assert (await fails(call)).code is grpc.StatusCode.PERMISSION_DENIED
+
+
+def operator_calls(harness: Harness, metadata: Metadata) -> list[object]:
+    return [
+        harness.job.ListWorkers(job_service_pb2.ListWorkersRequest(), metadata=metadata),
+        harness.job.ListQueues(job_service_pb2.ListQueuesRequest(), metadata=metadata),
+    ]
+
+
+@pytest.mark.parametrize("token", ["alice-token", "gpu-token"])
+async def test_operator_methods_are_permission_denied_to_clients_and_workers(
+    secured: Harness, token: str
+) -> None:
+    for call in operator_calls(secured, bearer(token)):
+        assert (await fails(call)).code is grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_admin_token_passes_the_operator_check(secured: Harness) -> None:
+    for call in operator_calls(secured, bearer("ops-token")):
+        code = (await fails(call)).code  # UNIMPLEMENTED until the store lists them
+        assert code not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+
+
+async def test_open_mode_allows_the_operator_methods(harness: Harness) -> None:
+    for call in operator_calls(harness, ()):
+        code = (await fails(call)).code  # UNIMPLEMENTED until the store lists them
+        assert code not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)

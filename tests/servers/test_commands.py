@@ -67,6 +67,14 @@ def test_missing_auth_file_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert_one_line_error(result, 1, "auth file")
 
 
+def test_an_auth_file_with_a_bad_placement_key_stops_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "auth.json"
+    entry = {"sha256": "0" * 64, "tenant": "bank", "role": "client", "pools": []}
+    path.write_text(json.dumps({"tokens": [entry]}))
+    result = jobgate("serve", *EPHEMERAL, "--auth-file", str(path))
+    assert_one_line_error(result, 1, f"auth file {path}: tokens[0].pools must not be empty")
+
+
 def test_taken_port_is_one_line_and_exit_1() -> None:
     import socket
 

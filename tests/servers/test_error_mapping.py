@@ -55,6 +55,31 @@ def test_auth_errors_keep_their_code() -> None:
     assert to_status(AuthError(code_pb2.PERMISSION_DENIED, "no")).code == code_pb2.PERMISSION_DENIED
 
 
+def test_an_auth_error_with_a_reason_carries_error_info() -> None:
+    error = AuthError(code_pb2.PERMISSION_DENIED, "no", "POOL_NOT_ALLOWED", {"pool": "gpu-a"})
+    status = to_status(error)
+    [detail] = status.details
+    info = error_details_pb2.ErrorInfo()
+    assert detail.Unpack(info)
+    assert (status.code, info.reason, info.domain) == (
+        code_pb2.PERMISSION_DENIED,
+        "POOL_NOT_ALLOWED",
+        ERROR_DOMAIN,
+    )
+    assert dict(info.metadata) == {"pool": "gpu-a"}
+
+
+def test_a_role_mismatch_carries_no_error_info() -> None:
+    assert not to_status(AuthError(code_pb2.PERMISSION_DENIED, "no")).details
+
+
+def test_error_info_metadata_quotes_at_most_128_bytes() -> None:
+    error = AuthError(code_pb2.PERMISSION_DENIED, "no", "POOL_NOT_ALLOWED", {"pool": "p" * 5000})
+    info = error_details_pb2.ErrorInfo()
+    assert to_status(error).details[0].Unpack(info)
+    assert len(info.metadata["pool"]) == 128
+
+
 def test_shutting_down_is_unavailable_with_reason() -> None:
     status = to_status(ShuttingDown())
     assert (status.code, _reasons(status)) == (code_pb2.UNAVAILABLE, [Reason.SHUTTING_DOWN])
@@ -79,7 +104,9 @@ def test_the_store_sends_the_contracts_domain_and_reasons() -> None:
     assert store.errors.ERROR_DOMAIN == ERROR_DOMAIN
     reasons = {cls.reason for cls in _store_error_classes() if cls.reason}
     assert reasons <= set(Reason)
-    assert reasons | {Reason.SHUTTING_DOWN} == set(Reason)
+    # The servers send the rest themselves: draining, and placement refusals
+    # (serving/placement.py) decided before the store is called.
+    assert reasons | {Reason.SHUTTING_DOWN, Reason.POOL_NOT_ALLOWED} == set(Reason)
 
 
 def test_server_and_client_share_one_field_violation_class() -> None:

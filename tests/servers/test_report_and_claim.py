@@ -161,6 +161,7 @@ NO_LEASE = pb.HeartbeatRequest(job_id="01ARZ3NDEKTSV4RRFFQ69G5FAV")
         ({"results": [BAD_ID]}, "results[0].job_id"),
         ({"heartbeats": [NO_LEASE]}, "heartbeats[0].lease_id"),
         ({"results": [pb.SetResultRequest()] * 65}, "results"),
+        ({"max_jobs": 1, "pool": "GPU-A"}, "pool"),
     ],
 )
 async def test_bad_input_is_invalid_argument_naming_the_item(

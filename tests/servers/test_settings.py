@@ -165,3 +165,54 @@ def test_a_partition_count_out_of_range_is_reported_against_its_flag(value: str)
 def test_a_bad_partition_count_in_the_environment_names_the_variable() -> None:
     with pytest.raises(SettingsError, match=r"^JOBGATE_REDIS_PARTITIONS: expected 1\.\.1024"):
         parse([], {"JOBGATE_REDIS_PARTITIONS": "2000"})
+
+
+def test_fair_share_defaults_to_tenant_and_reaches_the_store() -> None:
+    settings = parse([])
+    assert (settings.fair_share, settings.store_settings().fair_share) == ("tenant", True)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [(["--fair-share", "off"], {}), ([], {"JOBGATE_FAIR_SHARE": "OFF"})],
+)
+def test_fair_share_off_keeps_one_fifo_order_in_the_store(
+    argv: list[str], environ: dict[str, str]
+) -> None:
+    settings = parse(argv, environ)
+    assert (settings.fair_share, settings.store_settings().fair_share) == ("off", False)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "named"),
+    [
+        (["--fair-share", "weighted"], {}, "--fair-share"),
+        ([], {"JOBGATE_FAIR_SHARE": ""}, "JOBGATE_FAIR_SHARE"),
+        (["--data-sync", "always"], {}, "--data-sync"),
+        (["--data-dir", ""], {}, "--data-dir"),
+        (["--console-listen", "nowhere"], {}, "--console-listen"),
+        ([], {"JOBGATE_CONSOLE_LISTEN": "host:99999"}, "JOBGATE_CONSOLE_LISTEN"),
+    ],
+)
+def test_a_bad_placement_or_storage_setting_names_its_flag(
+    argv: list[str], environ: dict[str, str], named: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"^{named}: "):
+        parse(argv, environ)
+
+
+def test_the_embedded_store_is_in_memory_and_synced_fully_by_default() -> None:
+    settings = parse([])
+    assert (settings.data_dir, settings.data_sync, settings.console_listen) == (None, "full", None)
+
+
+def test_data_dir_sync_and_console_come_from_flags_or_the_environment() -> None:
+    environ = {"JOBGATE_DATA_DIR": "/env/dir", "JOBGATE_DATA_SYNC": "normal"}
+    settings = parse(["--data-dir", "/var/lib/jobgate", "--console-listen", "[::1]:8080"], environ)
+    assert settings.data_dir == "/var/lib/jobgate"
+    assert settings.data_sync == "normal"
+    assert settings.console_listen == Address("::1", 8080)
+
+
+def test_the_console_listener_can_be_turned_off_explicitly() -> None:
+    assert parse(["--console-listen", "off"]).console_listen is None

@@ -62,6 +62,9 @@ SUBMIT_CASES: list[tuple[str, job_service_pb2.SubmitRequest, str]] = [
         job_service_pb2.SubmitRequest(idempotency_key="a\nb", job=job_pb2.JobSpec(model="m")),
         "idempotency_key",
     ),
+    ("upper-case pool", job(pool="GPU"), "job.pool"),
+    ("pool with a space", job(pool="gpu a"), "job.pool"),
+    ("pool too long", job(pool="p" * 65), "job.pool"),
     ("empty group", group(0), "group.children"),
     ("group over the cap", group(4), "group.children"),
     ("negative max_parallel", group(2, max_parallel=-1), "group.max_parallel"),
@@ -89,6 +92,25 @@ async def test_group_child_violation_names_its_index(limited: Harness) -> None:
     request = job_service_pb2.SubmitRequest(group=job_pb2.GroupSpec(children=children))
     failure = await fails(limited.job.Submit(request, timeout=5))
     assert failure.violations == ["group.children[1].model"]
+
+
+async def test_a_group_childs_pool_names_its_index(limited: Harness) -> None:
+    children = [job_pb2.JobSpec(model="m"), job_pb2.JobSpec(model="m", pool="Bad pool")]
+    request = job_service_pb2.SubmitRequest(group=job_pb2.GroupSpec(children=children))
+    failure = await fails(limited.job.Submit(request, timeout=5))
+    assert failure.violations == ["group.children[1].pool"]
+
+
+async def test_a_batch_items_pool_names_its_index(harness: Harness) -> None:
+    items = [job(), job(pool="-leading-dash")]
+    request = job_service_pb2.BatchSubmitRequest(requests=items)
+    failure = await fails(harness.job.BatchSubmit(request, timeout=5))
+    assert failure.violations == ["requests[1].job.pool"]
+
+
+async def test_an_empty_pool_is_valid(harness: Harness) -> None:
+    response = await harness.job.Submit(job(pool=""), timeout=5)
+    assert response.job.id
 
 
 async def test_every_violation_of_a_request_is_listed(limited: Harness) -> None:
@@ -169,6 +191,32 @@ async def test_job_id_must_be_a_ulid(harness: Harness, job_id: str) -> None:
         assert (failure.code, failure.violations) == (grpc.StatusCode.INVALID_ARGUMENT, ["job_id"])
 
 
+@pytest.mark.parametrize("job_id", ["", "not-a-ulid", "81ARZ3NDEKTSV4RRFFQ69G5FAV"])
+async def test_retry_job_id_is_validated_like_gets(harness: Harness, job_id: str) -> None:
+    call = harness.job.RetryJob(job_service_pb2.RetryJobRequest(job_id=job_id), timeout=5)
+    failure = await fails(call)
+    assert (failure.code, failure.violations) == (grpc.StatusCode.INVALID_ARGUMENT, ["job_id"])
+
+
+LIST_CASES: list[tuple[str, job_service_pb2.ListJobsRequest, str]] = [
+    ("negative page_size", job_service_pb2.ListJobsRequest(page_size=-1), "page_size"),
+    ("filter over 4096 bytes", job_service_pb2.ListJobsRequest(filter="m" * 4097), "filter"),
+    ("filter not understood", job_service_pb2.ListJobsRequest(filter="status ="), "filter"),
+    ("page_token too long", job_service_pb2.ListJobsRequest(page_token="t" * 513), "page_token"),
+    ("page_token not a token", job_service_pb2.ListJobsRequest(page_token="abc"), "page_token"),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"), [c[1:] for c in LIST_CASES], ids=[c[0] for c in LIST_CASES]
+)
+async def test_list_jobs_field_is_validated(
+    harness: Harness, request_: job_service_pb2.ListJobsRequest, field: str
+) -> None:
+    failure = await fails(harness.job.ListJobs(request_, timeout=5))
+    assert (failure.code, failure.violations) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
+
+
 async def test_stream_status_validates_job_id(harness: Harness) -> None:
     stream = harness.job.StreamStatus(job_service_pb2.StreamStatusRequest(job_id="x"), timeout=5)
     failure = await fails(stream.read())
@@ -197,6 +245,7 @@ CLAIM_CASES: list[tuple[str, worker_service_pb2.ClaimNextRequest, str]] = [
     ("negative wait", claim(wait=duration_pb2.Duration(seconds=-1)), "wait"),
     ("max_jobs over 64", claim(max_jobs=65), "max_jobs"),
     ("negative max_jobs", claim(max_jobs=-1), "max_jobs"),
+    ("bad pool", claim(pool="Pool!"), "pool"),
 ]
 
 
