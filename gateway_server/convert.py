@@ -12,7 +12,9 @@ from serving.convert import PRIORITY_FROM_PROTO, duration_or_none
 from store.model import GroupSpec, JobSpec, SubmitRequest
 
 
-def submit_request(tenant: str, request: job_service_pb2.SubmitRequest) -> SubmitRequest:
+def submit_request(
+    tenant: str, request: job_service_pb2.SubmitRequest, weight: int = 1
+) -> SubmitRequest:
     """The store's SubmitRequest for a validated proto request."""
     work: JobSpec | GroupSpec
     if request.WhichOneof("work") == "group":
@@ -27,6 +29,7 @@ def submit_request(tenant: str, request: job_service_pb2.SubmitRequest) -> Submi
         work=work,
         priority=PRIORITY_FROM_PROTO[request.priority],
         idempotency_key=request.idempotency_key,
+        weight=weight,
     )
 
 

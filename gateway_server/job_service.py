@@ -37,7 +37,9 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         caller = self._caller(context)
         validate.submit(request, self._settings)
-        submit = placement.bind_submit(caller.pools, convert.submit_request(caller.tenant, request))
+        submit = placement.bind_submit(
+            caller.pools, convert.submit_request(caller.tenant, request, caller.weight)
+        )
         result = await self._store.submit(submit)
         if not result.reused:
             self._serving.metrics.submitted(
@@ -53,7 +55,8 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         caller = self._caller(context)
         validate.batch_submit(request, self._settings)
         submits = placement.bind_batch(
-            caller.pools, [convert.submit_request(caller.tenant, item) for item in request.requests]
+            caller.pools,
+            [convert.submit_request(caller.tenant, item, caller.weight) for item in request.requests],
         )
         results = await self._store.submit_batch(submits)
         response = pb.BatchSubmitResponse()

@@ -178,7 +178,8 @@ class Metrics:
 
 
 class StoreCollector:
-    """jobgate_queue_depth and jobgate_jobs_in_flight, read from the store per scrape."""
+    """jobgate_queue_depth, jobgate_pool_queue_depth and jobgate_jobs_in_flight,
+    read from the store per scrape."""
 
     def __init__(
         self,
@@ -196,26 +197,40 @@ class StoreCollector:
         yield from self._families()
 
     def collect(self) -> Iterator[Metric]:
-        depth, in_flight = self._families()
+        depth, pool_depth, in_flight = self._families()
         try:
-            depths, flights = self._read()
-        except Exception as error:  # the scrape must still answer, without these two
+            ready, flights = self._read()
+        except Exception as error:  # the scrape must still answer, without these
             log.warning("scrape could not read the store: %s", error or type(error).__name__)
             self._metrics.store_failed("scrape")
         else:
-            for (model, priority), count in sorted(depths.items()):
+            by_priority: dict[tuple[str, Priority], int] = {}
+            by_pool: dict[tuple[str, str], int] = {}
+            for (model, priority, pool), count in ready.items():
+                by_priority[(model, priority)] = by_priority.get((model, priority), 0) + count
+                by_pool[(model, pool)] = by_pool.get((model, pool), 0) + count
+            for (model, priority), count in sorted(by_priority.items()):
                 depth.add_metric([model, priority_label(priority)], count)
+            for (model, pool), count in sorted(by_pool.items()):
+                pool_depth.add_metric([model, pool], count)
             for model, count in sorted(flights.items()):
                 in_flight.add_metric([model], count)
         yield depth
+        yield pool_depth
         yield in_flight
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
             GaugeMetricFamily(
                 "jobgate_queue_depth",
                 "Claimable (QUEUED) jobs per model and priority, read at scrape time.",
                 labels=["model", "priority"],
+            ),
+            GaugeMetricFamily(
+                "jobgate_pool_queue_depth",
+                'Claimable (QUEUED) jobs per model and the pool they are bound to ("" for any'
+                " pool), read at scrape time.",
+                labels=["model", "pool"],
             ),
             GaugeMetricFamily(
                 "jobgate_jobs_in_flight",
@@ -224,7 +239,7 @@ class StoreCollector:
             ),
         )
 
-    def _read(self) -> tuple[dict[tuple[str, Priority], int], dict[str, int]]:
+    def _read(self) -> tuple[dict[tuple[str, Priority, str], int], dict[str, int]]:
         if self._loop.is_closed():
             raise RuntimeError("the server's event loop is closed")
         if _running_loop() is self._loop:
@@ -236,8 +251,8 @@ class StoreCollector:
         finally:
             future.cancel()
 
-    async def _read_async(self) -> tuple[dict[tuple[str, Priority], int], dict[str, int]]:
-        return await self._store.queue_depths(), await self._store.in_flight()
+    async def _read_async(self) -> tuple[dict[tuple[str, Priority, str], int], dict[str, int]]:
+        return await self._store.ready_counts(), await self._store.in_flight()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

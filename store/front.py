@@ -32,7 +32,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
-from store.policy import claim_limit, claim_models, watch_view
+from store.policy import claim_classes, claim_limit, claim_models, watch_view
 from store.poll import Listener, long_poll
 from store.protocol import Store
 
@@ -75,8 +75,10 @@ class Engine(Protocol):
         ...
 
     async def claim_now(
-        self, worker_id: str, models: list[str], max_jobs: int
-    ) -> list[ClaimedJob]: ...
+        self, worker_id: str, classes: list[str], max_jobs: int
+    ) -> list[ClaimedJob]:
+        """Claim up to max_jobs from the queue classes' queues now (no wait)."""
+        ...
 
     async def release(self, leases: Sequence[ClaimedJob]) -> int: ...
 
@@ -105,7 +107,10 @@ class Engine(Protocol):
     ) -> list[JobEvent]: ...
 
     async def newest_event_id(self) -> str: ...
-    async def queue_depths(self) -> dict[tuple[str, Priority], int]: ...
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+        """Claimable jobs per (model, priority, pool)."""
+        ...
+
     async def in_flight(self) -> dict[str, int]: ...
 
     def waiting_claims(self, model: str) -> int:
@@ -211,15 +216,16 @@ class StoreFront(Store):
         models: Sequence[str],
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
+        pool: str = "",
     ) -> list[ClaimedJob]:
-        wanted = claim_models(models)
+        wanted = claim_classes(claim_models(models), pool)
         if not wanted:
             return []
         limit = claim_limit(max_jobs)
         engine = self.engine
         with self._reporting("claim"):
             return await long_poll(
-                engine.listen((f"r {model}" for model in wanted), wake_one=True),
+                engine.listen((f"r {job_class}" for job_class in wanted), wake_one=True),
                 lambda: engine.claim_now(worker_id, wanted, limit),
                 wait,
                 closed=lambda: engine.closed,
@@ -256,8 +262,9 @@ class StoreFront(Store):
         models: Sequence[str],
         results: Sequence[tuple[str, str, ResultReport]],
         max_jobs: int,
+        pool: str = "",
     ) -> ReportedAndClaimed:
-        wanted = claim_models(models) if max_jobs > 0 else []
+        wanted = claim_classes(claim_models(models), pool) if max_jobs > 0 else []
         limit = claim_limit(max_jobs) if wanted else 0
         with self._reporting("report_and_claim"):
             return await self.engine.report_and_claim(worker_id, wanted, results, limit)
@@ -281,9 +288,15 @@ class StoreFront(Store):
         with self._reporting("newest_event_id"):
             return await self.engine.newest_event_id()
 
-    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
         with self._reporting("queue_depths"):
-            return await self.engine.queue_depths()
+            return await self.engine.ready_counts()
+
+    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+        depths: dict[tuple[str, Priority], int] = {}
+        for (model, priority, _), count in (await self.ready_counts()).items():
+            depths[(model, priority)] = depths.get((model, priority), 0) + count
+        return depths
 
     async def in_flight(self) -> dict[str, int]:
         with self._reporting("in_flight"):

@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from store.model import PRIORITIES_IN_CLAIM_ORDER, Priority
+from store.model import Priority
+from store.policy import class_parts
 
 #: A partition name (the hash tag); the servers check --redis-partition with it.
 PARTITION_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -86,13 +87,16 @@ class Keys:
         return f"{self.prefix}op:{op_id}"
 
     # Per model -----------------------------------------------------------------
-    def queue(self, model: str, priority: Priority) -> str:
-        """Sorted set: claimable job ids of (model, priority) scored by queue score (seq)."""
-        return f"{self.prefix}queue:{model}:{int(priority)}"
+    def queue(self, model: str, priority: Priority, pool: str = "") -> str:
+        """Sorted set: claimable job ids of (model, priority) bound to `pool` ("" = any
+        pool, the name every queue had before pools) scored by queue score (seq)."""
+        name = f"{self.prefix}queue:{model}:{int(priority)}"
+        return f"{name}:{pool}" if pool else name
 
-    def claim_queues(self, models: list[str]) -> list[str]:
-        """The ready queues of `models` in claim order (priority-major)."""
-        return [self.queue(m, p) for p in PRIORITIES_IN_CLAIM_ORDER for m in models]
+    def fair(self, model: str) -> str:
+        """Hash: the model's fair-share state per priority: "floor:<p>" (the pass last
+        handed out) and "pass:<p>:<tenant>" (the tenant's last pass)."""
+        return f"{self.prefix}fair:{model}"
 
     # Partition-wide ------------------------------------------------------------
     @property
@@ -137,13 +141,19 @@ class Keys:
 
     @property
     def models(self) -> str:
-        """Set: every model ever submitted (for queue_depths / in_flight)."""
+        """Set: every queue class (store.policy.queue_class) ever submitted to
+        (queue_depths, in_flight)."""
         return self.prefix + "models"
 
     @property
     def seq(self) -> str:
         """String: the last queue score handed out: max(last + 1, Redis TIME in µs)."""
         return self.prefix + "seq"
+
+    @property
+    def settings(self) -> str:
+        """Hash: what a deployment fixes for its life (fair_share), set by the first server."""
+        return self.prefix + "settings"
 
     @property
     def leader(self) -> str:
@@ -175,9 +185,12 @@ class Keys:
         job = self.job(job_id)
         return [job, job + _PAYLOAD, job + _RESULT, job + _CHILDREN, job + _HELD]
 
-    def model_group(self, model: str) -> list[str]:
-        """The keys declared per model: its ready queues, priority 1, 2, 3."""
-        return [self.queue(model, priority) for priority in sorted(Priority)]
+    def model_group(self, job_class: str) -> list[str]:
+        """The keys declared per queue class (store.policy.queue_class): its ready
+        queues, priority 1, 2, 3, then its model's fair-share hash."""
+        model, pool = class_parts(job_class)
+        queues = [self.queue(model, priority, pool) for priority in sorted(Priority)]
+        return [*queues, self.fair(model)]
 
     def declared_keys(self, declared: Declared) -> list[str]:
         """KEYS for `declared`: its job groups, its model groups, its raw keys."""

@@ -140,6 +140,9 @@ class SubmitRequest:
     work: JobSpec | GroupSpec
     priority: Priority = Priority.BATCH
     idempotency_key: str = ""
+    #: The tenant's fair-share weight (1..1000) when the request was made;
+    #: not part of what the request asks (not in its fingerprint).
+    weight: int = 1
 
     def fingerprint(self) -> str:
         """A digest of everything but the tenant, to tell a retry from a key reuse."""

@@ -12,6 +12,7 @@ tests/store/test_policy.py.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -158,6 +159,54 @@ def claim_models(models: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(models))
 
 
+# -- placement and fair share ------------------------------------------------------
+
+#: Separates a model from a pool in a queue class ("model@pool"); in neither name.
+CLASS_SEPARATOR = "@"
+
+
+def queue_class(model: str, pool: str) -> str:
+    """The ready queues a job waits in: its model's any-pool class ("m"), or "m@pool"."""
+    return f"{model}{CLASS_SEPARATOR}{pool}" if pool else model
+
+
+def class_parts(job_class: str) -> tuple[str, str]:
+    """(model, pool) of a queue class; pool "" for the any-pool one."""
+    model, _, pool = job_class.partition(CLASS_SEPARATOR)
+    return model, pool
+
+
+def claim_classes(models: Sequence[str], pool: str) -> list[str]:
+    """What a worker of `pool` claims from: per model, its pool's class and the any-pool one.
+
+    Placement by construction: every claim path takes its jobs from these
+    classes only, so a job bound to another pool is never in reach.
+    """
+    classes: list[str] = []
+    for model in models:
+        if pool:
+            classes.append(queue_class(model, pool))
+        classes.append(model)
+    return classes
+
+
+#: A weight-1 tenant's step in pass: a job's queue score under fair share is
+#: max(its tenant's last pass, the pass last handed out) + PASS_UNIT / weight
+#: (rounded: an integer score is exact in Redis and Lua up to 2^53).
+PASS_UNIT = 100_000
+MAX_WEIGHT = 1000
+
+
+def pass_step(weight: int) -> int:
+    """PASS_UNIT / weight rounded half up (as Lua's math.floor(x + 0.5))."""
+    return math.floor(PASS_UNIT / min(max(weight, 1), MAX_WEIGHT) + 0.5)
+
+
+def next_pass(tenant_last: float, floor: float, weight: int) -> float:
+    """A new job's queue score under fair share (docs/fair-share.md)."""
+    return max(tenant_last, floor) + pass_step(weight)
+
+
 #: A watch woken only because its queue moved (a position changed) re-reads
 #: at most this often, so a burst of claims or cancels on a busy queue costs
 #: each watcher one re-read per interval, not one per move. 1 s: with 2,000
@@ -252,6 +301,16 @@ def lua_policy() -> str:
             _lua_template("run_timeout_message", RUN_TIMEOUT_MESSAGE),
             _lua_template("exhausted_message_of", EXHAUSTED_MESSAGE),
             *_lua_stamps(),
+            # placement and fair share: queue_class and next_pass above, in Lua
+            f"local CLASS_SEPARATOR = {_lua_string(CLASS_SEPARATOR)}",
+            "local function queue_class(model, pool)"
+            " if pool and pool ~= '' then return model .. CLASS_SEPARATOR .. pool end"
+            " return model end",
+            f"local PASS_UNIT, MAX_WEIGHT = {PASS_UNIT}, {MAX_WEIGHT}",
+            "local function pass_step(weight)"
+            " return math.floor(PASS_UNIT / math.min(math.max(weight, 1), MAX_WEIGHT) + 0.5) end",
+            "local function next_pass(last, floor, weight)"
+            " return math.max(last, floor) + pass_step(weight) end",
             "",
         ]
     )

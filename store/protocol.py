@@ -142,8 +142,13 @@ class Store(Protocol):
         models: Sequence[str],
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
+        pool: str = "",
     ) -> list[ClaimedJob]:
         """Claim up to max_jobs in claim order, waiting up to `wait` for the first one.
+
+        A claim for `pool` takes only jobs bound to that pool or to any pool
+        ("" claims only any-pool jobs): placement holds by construction, as
+        the claim reads only those queues (store.policy.claim_classes).
 
         Returns as soon as at least one job was claimed; an empty list means
         nothing came within `wait`. A job submitted while the caller waits
@@ -198,6 +203,7 @@ class Store(Protocol):
         models: Sequence[str],
         results: Sequence[tuple[str, str, ResultReport]],
         max_jobs: int,
+        pool: str = "",
     ) -> ReportedAndClaimed:
         """End each (job_id, lease_id, report) as record_result would, then claim.
 
@@ -246,7 +252,10 @@ class Store(Protocol):
         """
 
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        """Claimable jobs per (model, priority). O(models x priorities)."""
+        """Claimable jobs per (model, priority), every pool's. O(queue classes x priorities)."""
+
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+        """Claimable jobs per (model, priority, pool) ("" = any pool). O(queue classes x 3)."""
 
     async def in_flight(self) -> dict[str, int]:
         """PROCESSING jobs (live leases) per model. O(models)."""

@@ -100,8 +100,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             )
         results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
         # The results and the claim of what is queued now share one store step.
-        reported = await self._store.report_and_claim(  # TODO(placement): claim for `pool`
-            request.worker_id, request.models, results, request.max_jobs
+        reported = await self._store.report_and_claim(
+            request.worker_id, request.models, results, request.max_jobs, pool
         )
         for result, answer in zip(request.results, reported.results, strict=True):
             response.results.add(job_id=answer.job_id, outcome=self._answered(result, answer))
@@ -135,8 +135,8 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         wait: timedelta,
         context: Context,
     ) -> list[ClaimedJob]:
-        claim = asyncio.ensure_future(  # TODO(placement): pass `pool` to the store
-            self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait)
+        claim = asyncio.ensure_future(
+            self._store.claim(worker_id, list(dict.fromkeys(models)), max_jobs, wait, pool)
         )
         try:
             finished, claimed = await self._serving.lifecycle.unless_draining(claim)

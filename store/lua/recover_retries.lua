@@ -29,19 +29,20 @@
 local function plan_retry(id)
   local j = plan_read(id)
   if j then
-    need_model(j.model)
+    need_class(j.model, j.pool)
   end
 end
 
 local ids = redis.call('ZRANGEBYSCORE', K_RETRIES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[5]))
 local handled = handle_due(ids, plan_retry, function(id)
   redis.call('ZREM', K_RETRIES, id)
-  local f = redis.call('HMGET', jk(id), 'status', 'model', 'priority', 'seq')
+  local f = redis.call('HMGET', jk(id), 'status', 'model', 'priority', 'seq', 'pool')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
   elseif f[1] == ST.QUEUED then
-    redis.call('ZADD', queue_key(f[2], f[3]), f[4], id)
-    notify('r', f[2] .. ' ' .. id)
+    local class = queue_class(f[2], f[5])
+    redis.call('ZADD', queue_key(class, f[3]), f[4], id)
+    notify('r', class .. ' ' .. id)
     notify('j', id)
   end
 end)

@@ -316,7 +316,7 @@ class LocalEngine:
         self._check_open()
         return self.state.events[-1].id if self.state.events else "0"
 
-    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
         self._check_open()
         return {key: len(queue) for key, queue in self.state.queues.items()}
 
@@ -440,6 +440,7 @@ class LocalEngine:
             idempotency_key=key,
             parent_id=parent.id if parent else "",
             child_index=index,
+            weight=self._weight(request),
         )
         for name, value in fields.copied(spec).items():
             setattr(record, name, dict(value) if isinstance(value, Mapping) else value)
@@ -459,6 +460,10 @@ class LocalEngine:
         self.state.enqueue(record, now)
         return record
 
+    def _weight(self, request: SubmitRequest) -> int:
+        """The weight a job's queue score is made with: 0 when fair share is off."""
+        return request.weight if self.settings.fair_share else 0
+
     def _create_group(
         self, request: SubmitRequest, group: GroupSpec, fingerprint: str, now: float
     ) -> Record:
@@ -475,7 +480,11 @@ class LocalEngine:
             fingerprint=fingerprint,
             idempotency_key=key,
             max_parallel=max(0, group.max_parallel),
+            weight=self._weight(request),
         )
+        pools = {child.pool for child in group.children}
+        if len(pools) == 1:  # a group of one pool is bound to it (as in Redis)
+            parent.pool = pools.pop()
         self.state.jobs[parent.id] = parent
         self.state.emit(parent, None, now)
         for index, spec in enumerate(group.children):
@@ -546,8 +555,8 @@ class LocalEngine:
             if event.parent_job_id:
                 topics.add(f"j {event.parent_job_id}")  # its progress and children moved
             topics.add(f"q {event.model}")
-        for model in state.claimable_models:
-            topics.update((f"r {model}", f"q {model}"))
+        for job_class in state.claimable_models:
+            topics.update((f"r {job_class}", f"q {policy.class_parts(job_class)[0]}"))
         return topics
 
 

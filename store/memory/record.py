@@ -51,7 +51,8 @@ class Record:
     cancel_requested: bool = False
     pool: str = ""
     # Bookkeeping below is not part of the Job snapshot.
-    seq: int = 0  # global enqueue order, to compare heads of different models
+    seq: float = 0.0  # queue score: FIFO counter, or the fair-share pass
+    weight: int = 0  # the tenant's fair-share weight at submit (0: fair share off)
     lease_id: str = ""  # the latest attempt's lease, kept after it ends
     lease_deadline: float = 0.0
     run_deadline: float = 0.0

@@ -48,7 +48,8 @@ from store.model import (
     StoreSettings,
 )
 
-QueueKey = tuple[str, Priority]
+#: (model, priority, pool): one ready queue ("" pool: the any-pool one).
+QueueKey = tuple[str, Priority, str]
 
 
 def dt(timestamp: float) -> datetime:
@@ -93,7 +94,11 @@ class State:
         self.jobs: dict[str, Record] = {}
         self.keys: dict[tuple[str, str], str] = {}
         self.queues: dict[QueueKey, OrderedQueue] = {}
-        self.seq = 0
+        self.seq = 0  # the last FIFO score (fair share off)
+        # fair share: the pass last handed out per (model, priority), and each
+        # tenant's last pass per (model, priority, tenant) (store/policy.py next_pass)
+        self.floors: dict[tuple[str, Priority], float] = {}
+        self.passes: dict[tuple[str, Priority, str], float] = {}
         self.live_by_tenant: dict[str, int] = {}
         self.live_total = 0
         self.in_flight: dict[str, int] = {}
@@ -107,7 +112,7 @@ class State:
         self.first_event = 1
         self.next_event = 1
         self.captured: list[JobEvent] | None = None
-        # got a claimable job since the last wake-up
+        # queue classes that got a claimable job since the last wake-up
         self.claimable_models: set[str] = set()
 
     def keyed(self, tenant: str, key: str, now: float) -> Record | None:
@@ -119,23 +124,26 @@ class State:
             self.keys.pop((tenant, key), None)
         return record
 
-    def next_ready(self, models: Iterable[str]) -> Record | None:
+    def next_ready(self, classes: Iterable[str]) -> Record | None:
+        """The job claimed next from the queue classes' queues: the highest priority,
+        then the lowest (score, id) across them."""
+        queues = [policy.class_parts(job_class) for job_class in classes]
         for priority in PRIORITIES_IN_CLAIM_ORDER:
-            best: Record | None = None
-            for model in models:
-                queue = self.queues.get((model, priority))
-                head = queue.first() if queue else None
-                if head is None:
-                    continue
-                record = self.jobs[head]
-                if best is None or record.seq < best.seq:
-                    best = record
-            if best is not None:
-                return best
+            heads = [
+                head
+                for model, pool in queues
+                if (queue := self.queues.get((model, priority, pool))) is not None
+                and (head := queue.first()) is not None
+            ]
+            if heads:
+                return self.jobs[min(heads)[1]]
         return None
 
     def lease(self, record: Record, worker_id: str, now: float) -> ClaimedJob:
         self.queue_of(record).take(record.id)
+        if record.weight > 0:  # fair share: new passes start from what was handed out
+            key = (record.model, record.priority)
+            self.floors[key] = max(self.floors.get(key, 0.0), record.seq)
         record.attempts += 1
         record.worker_id = worker_id
         record.lease_id = uuid.uuid4().hex
@@ -208,12 +216,22 @@ class State:
             self.first_event = int(self.events[0].id)
 
     def enqueue(self, record: Record, now: float) -> None:
-        """First QUEUED: the job gets the next place in its queue."""
-        self.seq += 1
-        record.seq = self.seq
-        self.queue_of(record).append(record.id)
-        self.claimable_models.add(record.model)
+        """First QUEUED: the job gets the next score of its queue (common.lua next_score)."""
+        record.seq = self.next_score(record)
+        self.queue_of(record).append(record.id, record.seq)
+        self.claimable_models.add(policy.queue_class(record.model, record.pool))
         self.start_queue_clock(record, now)
+
+    def next_score(self, record: Record) -> float:
+        """Weight 0 (fair share off): one FIFO counter; else the tenant's next pass."""
+        if record.weight <= 0:
+            self.seq += 1
+            return float(self.seq)
+        tenant = (record.model, record.priority, record.tenant)
+        floor = self.floors.get((record.model, record.priority), 0.0)
+        score = policy.next_pass(self.passes.get(tenant, 0.0), floor, record.weight)
+        self.passes[tenant] = score
+        return score
 
     def start_queue_clock(self, record: Record, now: float) -> None:
         # A zero queue_timeout means none (as RedisStore), not "already past".
@@ -222,7 +240,7 @@ class State:
             self.push(self.queue_waits, record.queue_deadline, record)
 
     def queue_of(self, record: Record) -> OrderedQueue:
-        key = (record.model, record.priority)
+        key = (record.model, record.priority, record.pool)
         queue = self.queues.get(key)
         if queue is None:
             queue = self.queues[key] = OrderedQueue()
@@ -269,7 +287,7 @@ class State:
             self.push(self.retries, record.ready_at, record)
         else:
             self.queue_of(record).restore(record.id)
-            self.claimable_models.add(record.model)
+            self.claimable_models.add(policy.queue_class(record.model, record.pool))
 
     def release(self, record: Record, now: float) -> None:
         """PROCESSING -> QUEUED as if the claim never happened (release.lua's twin)."""
@@ -284,7 +302,7 @@ class State:
         self.transition(record, JobStatus.QUEUED, now)
         self.start_queue_clock(record, now)
         self.queue_of(record).restore(record.id)
-        self.claimable_models.add(record.model)
+        self.claimable_models.add(policy.queue_class(record.model, record.pool))
 
     def cancel_job(self, record: Record, reason: str, now: float) -> None:
         record.cancel_requested = record.status is JobStatus.PROCESSING
@@ -374,7 +392,7 @@ class State:
         for record in self.retries.due(now, self.jobs):
             record.ready_at = 0.0
             self.queue_of(record).restore(record.id)
-            self.claimable_models.add(record.model)
+            self.claimable_models.add(policy.queue_class(record.model, record.pool))
             promoted = True
         return promoted
 
@@ -415,17 +433,23 @@ class State:
         return record
 
     def position(self, record: Record) -> int | None:
+        """Jobs the workers of the job's pool claim before it (snapshot.lua's twin)."""
         if record.status is not JobStatus.QUEUED or record.kind is JobKind.GROUP:
             return None
-        queue = self.queues.get((record.model, record.priority))
-        if queue is None or record.id not in queue:
+        own = self.queues.get((record.model, record.priority, record.pool))
+        if own is None or record.id not in own:
             return None
-        ahead = queue.rank(record.id)
-        for priority in PRIORITIES_IN_CLAIM_ORDER:
-            if priority >= record.priority:
-                break
-            higher = self.queues.get((record.model, priority))
-            ahead += len(higher) if higher else 0
+        pools = (record.pool, "") if record.pool else ("",)
+        ahead = 0
+        for pool in pools:
+            queue = self.queues.get((record.model, record.priority, pool))
+            if queue is not None:
+                ahead += queue.before(record.seq, record.id)
+            for priority in PRIORITIES_IN_CLAIM_ORDER:
+                if priority >= record.priority:
+                    break
+                higher = self.queues.get((record.model, priority, pool))
+                ahead += len(higher) if higher else 0
         return ahead
 
     def snapshot(self, record: Record) -> Job:

@@ -39,7 +39,13 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from store.errors import FailureHook, InvalidRequest, StoreError, ignore_failure
+from store.errors import (
+    FailureHook,
+    InvalidRequest,
+    StoreError,
+    StoreMisconfigured,
+    ignore_failure,
+)
 from store.keys import Keys, partition_tags
 from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
@@ -57,8 +63,8 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
-from store.policy import position_settle
-from store.redis.connection import Connection
+from store.policy import class_parts, position_settle
+from store.redis.connection import Connection, text, translated
 from store.redis.hints import Hints
 from store.redis.ids import PartitionIds, new_ulid, partition_of
 from store.redis.notify import ANY_MESSAGE, Listener
@@ -161,7 +167,7 @@ class RedisEngine:
         # unkeyed submits go round the partitions, from a random start so
         # that gateways started together do not fill partition 0 first
         self._turn = itertools.count(random.randrange(partitions))
-        self._others = OtherPartitions(self.connection, self.parts)
+        self._others = OtherPartitions(self.connection, self.parts, self._hints)
         self._pending: set[asyncio.Future[None]] = set()  # releases of abandoned claims
         self._event_waits = 0
         self.waiter_reads = self.connection.waiter_reads
@@ -185,6 +191,22 @@ class RedisEngine:
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
         await self.connection.open()
+        await self._check_fair_share()
+
+    async def _check_fair_share(self) -> None:
+        """--fair-share is fixed for a deployment's life: the first server to start
+        records it (partition 0's settings hash), the others must agree."""
+        mode = "tenant" if self.settings.fair_share else "off"
+        key = self.owner.keys.settings
+        self.connection.check_open()
+        with translated("open"):
+            await self.connection.control.hsetnx(key, "fair_share", mode)
+            recorded = await self.connection.control.hget(key, "fair_share")
+        if text(recorded) != mode:
+            raise StoreMisconfigured(
+                f"this deployment runs with --fair-share {text(recorded)}; "
+                f"a server started with --fair-share {mode} cannot join it"
+            )
 
     async def close(self) -> None:
         await self.connection.close()
@@ -226,11 +248,18 @@ class RedisEngine:
         return partition_of(tenant, len(self.parts))
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        index = self._tenant_part(request.tenant) if request.idempotency_key else self._next_turn()
+        # a keyed submit goes where its key lives; under fair share every
+        # submit of a tenant does, so its passes are one sequence
+        by_tenant = request.idempotency_key or self.settings.fair_share
+        index = self._tenant_part(request.tenant) if by_tenant else self._next_turn()
         return (await self._submit(index, [request]))[0]
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
-        keyed = [request.tenant for request in requests if request.idempotency_key]
+        keyed = [
+            request.tenant
+            for request in requests
+            if request.idempotency_key or self.settings.fair_share
+        ]
         if not keyed:
             return await self._submit(self._next_turn(), requests)
         tenant = keyed[0]
@@ -272,7 +301,7 @@ class RedisEngine:
         if result.reused:
             job = await self.get(job.tenant, job.id)
         else:
-            ahead = view.ahead.get((job.model, job.priority), 0)
+            ahead = view.ahead.get((job.model, job.priority, job.pool), 0)
             job = dataclasses.replace(job, queue_position=position + ahead)
         return SubmitResult(job, result.reused)
 
@@ -305,11 +334,16 @@ class RedisEngine:
         ZCOUNT and ZCARDs) per other partition, in one pipeline;
         O(partitions x log N).
         """
-        calls = [
+        pools = (job.pool, "") if job.pool else ("",)  # its workers take both, in one order
+        calls: list[tuple[list[str], list[ArgValue]]] = [
             (
-                [part.keys.queue(job.model, job.priority)]
-                + [part.keys.queue(job.model, p) for p in up_to(job.priority)[:-1]],
-                [_count_bound(score, other, index)],
+                [part.keys.queue(job.model, job.priority, pool) for pool in pools]
+                + [
+                    part.keys.queue(job.model, p, pool)
+                    for p in up_to(job.priority)[:-1]
+                    for pool in pools
+                ],
+                [_count_bound(score, other, index), len(pools)],
             )
             for other, part in enumerate(self.parts)
             if other != index
@@ -349,8 +383,9 @@ class RedisEngine:
         queues: list[tuple[int, int]] = []  # (partition, priority rank) per command
         for index, part in enumerate(self.parts):
             for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER):
-                for model in models:
-                    queue = part.keys.queue(model, priority)
+                for job_class in models:
+                    model, pool = class_parts(job_class)
+                    queue = part.keys.queue(model, priority, pool)
                     commands.append(["ZRANGE", queue, 0, max_jobs - 1, "WITHSCORES"])
                     queues.append((index, rank))
         replies = await self.connection.read_pipelined("claim", commands)
@@ -570,11 +605,11 @@ class RedisEngine:
         return CURSOR_SEPARATOR.join(newest)
 
     # Gauges ----------------------------------------------------------------------
-    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
-        totals: dict[tuple[str, Priority], int] = {}
-        for depths in await asyncio.gather(*(part.queue_depths() for part in self.parts)):
-            for pair, size in depths.items():
-                totals[pair] = totals.get(pair, 0) + size
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+        totals: dict[tuple[str, Priority, str], int] = {}
+        for counts in await asyncio.gather(*(part.ready_counts() for part in self.parts)):
+            for queue, size in counts.items():
+                totals[queue] = totals.get(queue, 0) + size
         return totals
 
     async def in_flight(self) -> dict[str, int]:

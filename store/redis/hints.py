@@ -16,7 +16,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from store.keys import Declared, Keys
-from store.model import ClaimedJob, Job, JobKind
+from store.model import ClaimedJob, Job, JobKind, Priority
 
 # Per job, what its next transitions touch, for this many jobs.
 JOB_HINTS = 10_000
@@ -27,6 +27,7 @@ READY_HINTS = 8
 
 class Hints:
     def __init__(self) -> None:
+        self._floors: dict[tuple[str, Priority], float] = {}
         self._jobs: OrderedDict[str, Declared] = OrderedDict()
         self._heads: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         self._ready: dict[tuple[str, str], deque[str]] = {}
@@ -41,6 +42,21 @@ class Hints:
         self._jobs.move_to_end(job.id)
         while len(self._jobs) > JOB_HINTS:
             self._jobs.popitem(last=False)
+
+    def floor(self, model: str, priority: Priority) -> float:
+        """The highest fair-share pass seen handed out for (model, priority), in any partition."""
+        return self._floors.get((model, priority), 0.0)
+
+    def raise_floor(self, model: str, priority: Priority, score: float) -> None:
+        key = (model, priority)
+        if score > self._floors.get(key, 0.0):
+            self._floors[key] = score
+
+    def handed_out(self, job: Job, flat_record: Sequence[bytes]) -> None:
+        """A claimed job's queue score raises the floor (under fair share: weight > 0)."""
+        fields = {flat_record[i]: flat_record[i + 1] for i in range(0, len(flat_record), 2)}
+        if int(fields.get(b"weight", b"0") or 0) > 0:
+            self.raise_floor(job.model, job.priority, float(fields.get(b"seq", b"0") or 0))
 
     def add_ids(self, job_id: str, ids: Sequence[str]) -> None:
         """More ids the job's end may touch (a claimed child's held siblings)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from store.model import PRIORITIES_IN_CLAIM_ORDER, GroupSpec, Priority, SubmitRequest
 from store.redis.connection import Connection
+from store.redis.hints import Hints
 from store.redis.partition import Partition
 from store.redis.scripts import ArgValue
 
@@ -27,7 +28,8 @@ from store.redis.scripts import ArgValue
 OTHERS_TTL = 1.0
 
 _RANK = {priority: rank for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER)}
-JobClass = tuple[str, Priority]
+#: (model, priority, pool) a single job queues as.
+JobClass = tuple[str, Priority, str]
 
 
 def up_to(priority: Priority) -> tuple[Priority, ...]:
@@ -36,10 +38,15 @@ def up_to(priority: Priority) -> tuple[Priority, ...]:
 
 
 def job_class(request: SubmitRequest) -> JobClass | None:
-    """The ready queue a single job goes to (a group's children are held first)."""
+    """What a single job queues as (a group's children are held first)."""
     if isinstance(request.work, GroupSpec):
         return None
-    return request.work.model, request.priority
+    return request.work.model, request.priority, request.work.pool
+
+
+def _pools(pool: str) -> tuple[str, ...]:
+    """The queues a job of `pool` is ordered against: its pool's and the any-pool one."""
+    return (pool, "") if pool else ("",)
 
 
 def job_count(request: SubmitRequest) -> int:
@@ -53,7 +60,7 @@ class View:
     at: float
     total: int = 0
     tenants: dict[str, int] = field(default_factory=dict)
-    #: (model, priority) -> ready jobs of that class and the classes claimed before it
+    #: (model, priority, pool) -> ready jobs the workers of that pool take first
     ahead: dict[JobClass, int] = field(default_factory=dict)
 
     def admit(self, request: SubmitRequest) -> None:
@@ -63,17 +70,20 @@ class View:
             self.tenants[request.tenant] += jobs
         queued = job_class(request)
         if queued is not None:
-            for model, priority in self.ahead:
-                if model == queued[0] and _RANK[queued[1]] <= _RANK[priority]:
-                    self.ahead[(model, priority)] += 1
+            model, rank, pool = queued[0], _RANK[queued[1]], queued[2]
+            for other in self.ahead:
+                if other[0] == model and rank <= _RANK[other[1]] and pool in _pools(other[2]):
+                    self.ahead[other] += 1
 
 
 class OtherPartitions:
     """Each partition's cached view of the others (see the module docstring)."""
 
-    def __init__(self, connection: Connection, parts: Sequence[Partition]) -> None:
+    def __init__(self, connection: Connection, parts: Sequence[Partition], hints: Hints) -> None:
         self._connection = connection
         self._parts = parts
+        # the other partitions' fair-share floors raise this store's (Hints.floor)
+        self._hints = hints
         self._views: dict[int, View] = {}
 
     async def view(self, index: int, requests: Sequence[SubmitRequest]) -> View:
@@ -107,8 +117,13 @@ class OtherPartitions:
             if fresh:
                 commands.append(["GET", part.keys.live_total])
             commands += [["HGET", part.keys.live, tenant] for tenant in tenants]
-            for model, priority in classes:
-                commands += [["ZCARD", part.keys.queue(model, p)] for p in up_to(priority)]
+            for model, priority, pool in classes:
+                commands += [
+                    ["ZCARD", part.keys.queue(model, p, queue_pool)]
+                    for p in up_to(priority)
+                    for queue_pool in _pools(pool)
+                ]
+                commands.append(["HGET", part.keys.fair(model), f"floor:{int(priority)}"])
         replies = iter(await self._connection.read_pipelined("submit", commands))
         view.tenants.update(dict.fromkeys(tenants, 0))
         view.ahead.update(dict.fromkeys(classes, 0))
@@ -117,8 +132,12 @@ class OtherPartitions:
                 view.total += int(next(replies) or 0)
             for tenant in tenants:
                 view.tenants[tenant] += int(next(replies) or 0)
-            for job_class_ in classes:
-                view.ahead[job_class_] += sum(int(next(replies)) for _ in up_to(job_class_[1]))
+            for model, priority, pool in classes:
+                counts = len(up_to(priority)) * len(_pools(pool))
+                view.ahead[(model, priority, pool)] += sum(
+                    int(next(replies)) for _ in range(counts)
+                )
+                self._hints.raise_floor(model, priority, float(next(replies) or 0))
 
     def admitted(self, index: int, requests: Sequence[SubmitRequest]) -> None:
         """Count what this store just admitted to partition `index` in the others' views,

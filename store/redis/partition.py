@@ -51,7 +51,7 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
-from store.policy import child_key, limits
+from store.policy import child_key, class_parts, limits, queue_class
 from store.redis.calls import DECLARE_ROUNDS, ScriptCall, declare_needed, keys_needed, texts
 from store.redis.codec import (
     claimed_from_reply,
@@ -154,6 +154,7 @@ class Partition:
         """claim_jobs.lua's entry; its 5th item (held siblings) is a hint for the end."""
         claimed = claimed_from_reply(entry[:4])
         self._hints.learn(claimed.job, self.keys)
+        self._hints.handed_out(claimed.job, entry[0])
         if len(entry) > 4:
             self._hints.add_ids(claimed.job.id, texts(entry[4]))
         return claimed
@@ -226,11 +227,14 @@ class Partition:
             for flag, snap in zip(reply[1], reply[2], strict=True)
         ]
 
-    def _job_spec(self, spec: JobSpec, idempotency_key: str) -> dict[str, Any]:
+    def _job_spec(self, spec: JobSpec, idempotency_key: str, priority: Priority) -> dict[str, Any]:
         effective = limits(spec, self.settings)
         return {
             "id": self.new_id(),
             "model": spec.model,
+            "pool": spec.pool,
+            # the pass last handed out anywhere, as far as this store knows
+            "floor": self._hints.floor(spec.model, priority),
             "fields": {name: fields.encode(name, value) for name, value in copied(spec).items()},
             "max_attempts": effective.max_attempts,
             "queue_timeout": to_ms(effective.queue_timeout),
@@ -241,14 +245,19 @@ class Partition:
     def _spec(self, request: SubmitRequest) -> tuple[dict[str, Any], list[bytes]]:
         key = request.idempotency_key
         work = request.work
+        # weight 0: fair share off, one FIFO order (includes/common.lua next_score)
+        weight = request.weight if self.settings.fair_share else 0
         if isinstance(work, GroupSpec):
             children = [
-                self._job_spec(child, child_key(key, index))
+                self._job_spec(child, child_key(key, index), request.priority)
                 for index, child in enumerate(work.children)
             ]
+            pools = {child.pool for child in work.children}
             parent: dict[str, Any] = {
                 "id": self.new_id(),
                 "model": work.children[0].model if work.children else "",
+                # a group of one pool is bound to it; a mixed one lists as any pool
+                "fields": {"pool": pools.pop()} if len(pools) == 1 else {},
                 "max_attempts": 0,
                 "queue_timeout": 0,
                 "run_timeout": 0,
@@ -258,15 +267,17 @@ class Partition:
                 **parent,
                 "kind": JobKind.GROUP.value,
                 "priority": int(request.priority),
+                "weight": weight,
                 "max_parallel": max(0, work.max_parallel),
                 "jobs": children,
             }
             return spec, [child.payload for child in work.children]
-        single = self._job_spec(work, key)
+        single = self._job_spec(work, key, request.priority)
         spec = {
             "kind": JobKind.SINGLE.value,
             "id": single["id"],
             "priority": int(request.priority),
+            "weight": weight,
             "max_parallel": 0,
             "jobs": [single],
         }
@@ -599,18 +610,22 @@ class Partition:
             newest: Any = await self.connection.rpc.xrevrange(self.keys.events, count=1)
         return text(newest[0][0]) if newest else "0"
 
-    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+        """Ready jobs per (model, priority, pool)."""
         client = self.connection.rpc
         self.connection.check_open()
-        with translated("queue_depths"):
+        with translated("ready_counts"):
             members: Any = await client.smembers(self.keys.models)
-            models = sorted(m.decode() for m in members)
-            pairs = [(m, p) for m in models for p in PRIORITIES_IN_CLAIM_ORDER]
+            classes = sorted(class_parts(m.decode()) for m in members)
+            queues = [(c, p) for c in classes for p in PRIORITIES_IN_CLAIM_ORDER]
             async with client.pipeline(transaction=False) as pipe:
-                for model, priority in pairs:
-                    pipe.zcard(self.keys.queue(model, priority))
+                for (model, pool), priority in queues:
+                    pipe.zcard(self.keys.queue(model, priority, pool))
                 sizes = await pipe.execute()
-        return {pair: int(size) for pair, size in zip(pairs, sizes, strict=True)}
+        return {
+            (model, priority, pool): int(size)
+            for ((model, pool), priority), size in zip(queues, sizes, strict=True)
+        }
 
     async def in_flight(self) -> dict[str, int]:
         client = self.connection.rpc
@@ -619,7 +634,7 @@ class Partition:
             models: Any = await client.smembers(self.keys.models)
             counts: Any = await client.hgetall(self.keys.in_flight)
         flat = record([item for pair in counts.items() for item in pair])
-        result = {m.decode(): 0 for m in models}
+        result = {class_parts(m.decode())[0]: 0 for m in models}
         result.update({model: int(count) for model, count in flat.items()})
         return result
 
@@ -649,4 +664,5 @@ def _spec_declared(spec: dict[str, Any]) -> Declared:
     """A submit's declaration: every job id it creates (the root, the
     children) and every model they queue on."""
     jobs = spec["jobs"]
-    return Declared([spec["id"], *(job["id"] for job in jobs)], [job["model"] for job in jobs])
+    classes = [c for job in jobs for c in (job["model"], queue_class(job["model"], job["pool"]))]
+    return Declared([spec["id"], *(job["id"] for job in jobs)], classes)

@@ -53,10 +53,16 @@ def done() -> ResultReport:
 
 @pytest.fixture
 async def make(redis_server: RedisServer, partition: str) -> AsyncIterator[Factory]:
-    """make(partitions, **settings): a store of the test's deployment; the same name each call."""
+    """make(partitions, **settings): a store of the test's deployment; the same name each call.
+
+    Fair share is off unless asked for: these tests are about how one FIFO
+    order spreads over partitions (unkeyed submits in turn); fair share sends
+    every submit of a tenant to its partition (tests/store/test_contract_fair.py).
+    """
     opened: list[RedisStore] = []
 
     async def build(partitions: int = 3, **settings: Any) -> RedisStore:
+        settings.setdefault("fair_share", False)
         store = open_store(
             redis_server.url, StoreSettings(**settings), partition=partition, partitions=partitions
         )
@@ -128,6 +134,14 @@ async def test_a_groups_children_live_in_the_parents_partition(make: Factory) ->
     parent = (await store.submit(group(8))).job
     homes = {partition_of(child.id, 3) for child in parent.children}
     assert homes == {partition_of(parent.id, 3)}
+
+
+async def test_under_fair_share_every_submit_of_a_tenant_goes_to_its_partition(
+    make: Factory,
+) -> None:
+    store = await make(fair_share=True)
+    jobs = [(await store.submit(single())).job for _ in range(5)]
+    assert {partition_of(job.id, 3) for job in jobs} == {partition_of(TENANT, 3)}
 
 
 async def test_keyed_submits_of_a_tenant_go_to_its_partition(make: Factory) -> None:
@@ -404,8 +418,9 @@ def test_position_elsewhere_lua_only_counts() -> None:
     code = text.split("]]", 1)[1]  # after the header
     assert set(re.findall(r"redis\.call\('(\w+)'", code)) == {"ZCOUNT", "ZCARD"}
     assert "while" not in code and "repeat" not in code
-    # its one loop is over the KEYS (the higher priorities), not the queue
-    assert re.findall(r"\bfor\b[^\n]*", code) == ["for i = 2, #KEYS do"]
+    # its loops are over the KEYS (the job's priority's queues, the higher
+    # priorities'), not over a queue
+    assert re.findall(r"\bfor\b[^\n]*", code) == ["for i = 1, same do", "for i = same + 1, #KEYS do"]
 
 
 async def test_events_of_every_partition_are_merged_in_stream_order(make: Factory) -> None:

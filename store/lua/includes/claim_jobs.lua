@@ -42,9 +42,22 @@ local function claimable(id)
   return true
 end
 
-local function claim_one(id, lease_id, worker_id, lease_ms)
+-- Under fair share, the highest score handed out per model and priority by
+-- this claim: the floor new passes start from, raised once per claim.
+local HANDED_OUT = {}
+
+local function raise_floors()
+  for model, handed in pairs(HANDED_OUT) do
+    for priority, score in pairs(handed) do
+      raise_floor(model, priority, score)
+    end
+  end
+  HANDED_OUT = {}
+end
+
+local function claim_one(id, lease_id, worker_id, lease_ms, score, priority)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id')
+  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id', 'weight')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
     redis.call('ZREM', K_RETRIES, id)
@@ -54,6 +67,11 @@ local function claim_one(id, lease_id, worker_id, lease_ms)
     return nil
   end
   redis.call('ZREM', K_QTIMEOUTS, id)
+  if (tonumber(f[5]) or 0) > 0 then
+    local handed = HANDED_OUT[f[2]] or {}
+    HANDED_OUT[f[2]] = handed
+    handed[priority] = math.max(handed[priority] or 0, score)
+  end
   local deadline = NOW + lease_ms
   redis.call('HINCRBY', key, 'attempts', 1)
   redis.call('HSET', key, 'status', ST.PROCESSING, 'worker_id', worker_id,
@@ -108,8 +126,9 @@ local function head_hints(models, max_jobs)
   return hints
 end
 
--- Claim up to max_jobs from the ready queues of the declared models
--- (`models`, a list, FIFO across them within a priority), taking lease ids
+-- Claim up to max_jobs from the ready queues of the declared queue classes
+-- (`models`, a list: store/policy.py claim_classes), in one order across them
+-- within a priority (the lowest score, then the lowest id), taking lease ids
 -- from ARGV[lease_at ..]. When it stops at an undeclared head it asks for
 -- the first `peek` ids of every queue (the caller asks for more after a
 -- round lost its heads to other claimers). Returns the claimed entries, their {id, lease_id,
@@ -119,13 +138,15 @@ local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
   local leases = {}
   for p = 1, 3 do
     while #claimed < max_jobs do
-      -- the head with the lowest sequence among this priority's queues
+      -- the head with the lowest (score, id) among this priority's queues
       local best_key, best_score, best_id
       for _, model in ipairs(models) do
         local key = queue_key(model, p)
         local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        if head[1] and (not best_score or tonumber(head[2]) < best_score) then
-          best_key, best_score, best_id = key, tonumber(head[2]), head[1]
+        local score = head[1] and tonumber(head[2])
+        if score and (not best_score or score < best_score
+            or (score == best_score and head[1] < best_id)) then
+          best_key, best_score, best_id = key, score, head[1]
         end
       end
       if not best_key then
@@ -136,16 +157,18 @@ local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
         for _, id in ipairs(peek_heads(models, math.max(peek, max_jobs - #claimed))) do
           need_job(id)
         end
+        raise_floors()
         return claimed, leases, NEED_IDS
       end
       local id = redis.call('ZPOPMIN', best_key)[1]
-      local job = claim_one(id, ARGV[lease_at + #claimed], worker_id, lease_ms)
+      local job = claim_one(id, ARGV[lease_at + #claimed], worker_id, lease_ms, best_score, p)
       if job then
         claimed[#claimed + 1] = job
         leases[#leases + 1] = {id, job[3], job[4]}
       end
     end
   end
+  raise_floors()
   return claimed, leases, NEED_IDS
 end
 

@@ -16,9 +16,9 @@
 --   ARGV[3]  events_max_length
 --   ARGV[4]  result_ttl in ms
 --
--- Per-job and per-model keys (job hash, payload, result, children, held,
--- ready queues) are the declared ones (includes/declared.lua, included
--- before this file): jk(id), queue_key(model, priority)...
+-- Per-job and per-class keys (job hash, payload, result, children, held,
+-- ready queues, fair-share hash) are the declared ones (includes/declared.lua,
+-- included before this file): jk(id), queue_key(class, priority), fair_key...
 --
 -- Notifications (PUBLISH; SPUBLISH on Redis Cluster, where both channels
 -- carry the partition's hash tag, so they are in the script's slot as Redis
@@ -77,6 +77,39 @@ local function next_seq()
 end
 
 
+-- A new ready-queue score for a job of `model`, `priority` and `tenant`
+-- submitted with `weight`. Weight 0 (fair share off): the partition's clock,
+-- next_seq: one FIFO order across tenants. Otherwise its pass
+-- (store/policy.py next_pass, docs/fair-share.md): max(the tenant's last
+-- pass, the pass last handed out for the model and priority, `hint`) plus
+-- PASS_UNIT / weight, so FIFO within a tenant, tenants interleaved in
+-- proportion to their weights, and an idle tenant banks no credit. The
+-- state is the model's fair hash (fair_key(model): the any-pool class must
+-- be declared): one HMGET and one HSET, the HSET being DENYOOM.
+local function next_score(model, priority, tenant, weight, hint)
+  weight = tonumber(weight) or 0
+  if weight <= 0 then
+    return next_seq()
+  end
+  local fair = fair_key(model)
+  local last_field = 'pass:' .. priority .. ':' .. tenant
+  local f = redis.call('HMGET', fair, 'floor:' .. priority, last_field)
+  local floor = math.max(tonumber(f[1]) or 0, tonumber(hint) or 0)
+  local pass = string.format('%.0f', next_pass(tonumber(f[2]) or 0, floor, weight))
+  redis.call('HSET', fair, last_field, pass)
+  return pass
+end
+
+-- A claim handed out `score` for (model, priority): raise the floor new
+-- passes start from (fair share only; called once per claim and priority).
+local function raise_floor(model, priority, score)
+  local fair = fair_key(model)
+  local field = 'floor:' .. priority
+  if score > (tonumber(redis.call('HGET', fair, field)) or 0) then
+    redis.call('HSET', fair, field, string.format('%.0f', score))
+  end
+end
+
 local function oom_guard(key)
   redis.call('HDEL', key, 'oom-guard')
 end
@@ -122,14 +155,15 @@ local function leave_processing(id, model)
 end
 
 -- HELD or PROCESSING -> QUEUED, claimable now (delay 0) or after delay_ms.
--- A job takes the next score (next_seq) when it is first queued; a requeued
--- job keeps its own, so it goes back to its place.
+-- A job takes the next score (next_score) when it is first queued; a
+-- requeued job keeps its own, so it goes back to its place.
 local function to_queued(id, from, delay_ms)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout')
+  local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout', 'pool',
+    'tenant', 'weight')
   local seq = f[3]
   if not seq or seq == '' or seq == '0' then
-    seq = next_seq()
+    seq = next_score(f[1], f[2], f[6], f[7])
   end
   redis.call('HSET', key, 'status', ST.QUEUED, 'update_time', NOW, 'seq', seq)
   local queue_timeout = tonumber(f[4]) or 0
@@ -139,8 +173,9 @@ local function to_queued(id, from, delay_ms)
   if delay_ms > 0 then
     redis.call('ZADD', K_RETRIES, NOW + delay_ms, id)
   else
-    redis.call('ZADD', queue_key(f[1], f[2]), seq, id)
-    notify('r', f[1] .. ' ' .. id)
+    local class = queue_class(f[1], f[5])
+    redis.call('ZADD', queue_key(class, f[2]), seq, id)
+    notify('r', class .. ' ' .. id)
   end
   emit(id, from, ST.QUEUED)
   notify('j', id)
@@ -242,7 +277,7 @@ end
 finish = function(id, status, error_code, error_message)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'status', 'kind', 'model', 'priority', 'tenant',
-    'parent_id')
+    'parent_id', 'pool')
   local from, kind, model, tenant, parent_id = f[1], f[2], f[3], f[5], f[6]
   if not from or TERMINAL[from] then
     return
@@ -252,7 +287,7 @@ finish = function(id, status, error_code, error_message)
   redis.call('ZREM', K_RETRIES, id)
   redis.call('ZREM', K_QTIMEOUTS, id)
   if from == ST.QUEUED and kind ~= KIND.GROUP then
-    redis.call('ZREM', queue_key(model, f[4]), id)
+    redis.call('ZREM', queue_key(queue_class(model, f[7]), f[4]), id)
     notify('q', model)
   elseif from == ST.HELD then
     redis.call('ZREM', held_key(parent_id), id)

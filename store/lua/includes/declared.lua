@@ -8,7 +8,10 @@
 -- After a script's own KEYS (and before its trailing ones: the operation
 -- key stays last), the caller appends, in this order:
 --   5 keys per declared job id:  job hash, payload, result, children, held
---   3 keys per declared model:   its ready queues, priority 1, 2, 3
+--   4 keys per declared model:   its ready queues, priority 1, 2, 3, and its
+--                                model's fair-share hash. A "model" here is a
+--                                queue class (store/policy.py queue_class):
+--                                "<model>" (any pool) or "<model>@<pool>"
 --   raw keys:                    keys named by records (a job's idem_ref)
 -- and ARGV ends with the declared job ids, then the declared models, then
 -- four counts: the KEYS index of the first job group, n_ids, n_models, n_raw.
@@ -23,7 +26,7 @@
 
 local ARGC
 local D_JOB = {}      -- job id -> KEYS index of its job hash
-local D_MODEL = {}    -- model -> KEYS index of its priority-1 ready queue
+local D_MODEL = {}    -- queue class -> KEYS index of its priority-1 ready queue
 local D_KEY = {}      -- every key name in KEYS
 do
   local n = #ARGV
@@ -35,7 +38,7 @@ do
   end
   local model_at = key_at + n_ids * 5
   for i = 1, n_models do
-    D_MODEL[ARGV[ARGC + n_ids + i]] = model_at + (i - 1) * 3
+    D_MODEL[ARGV[ARGC + n_ids + i]] = model_at + (i - 1) * 4
   end
   for _, name in ipairs(KEYS) do
     D_KEY[name] = true
@@ -56,12 +59,22 @@ local function result_key(id) return KEYS[job_index(id) + 2] end
 local function children_key(id) return KEYS[job_index(id) + 3] end
 local function held_key(id) return KEYS[job_index(id) + 4] end
 
-local function queue_key(model, priority)
-  local i = D_MODEL[model]
+local function class_index(class)
+  local i = D_MODEL[class]
   if not i then
-    error('undeclared model ' .. tostring(model) .. ' was not declared in KEYS')
+    error('undeclared model ' .. tostring(class) .. ' was not declared in KEYS')
   end
-  return KEYS[i + tonumber(priority) - 1]
+  return i
+end
+
+-- The ready queue of a queue class ("<model>" or "<model>@<pool>") and priority.
+local function queue_key(class, priority)
+  return KEYS[class_index(class) + tonumber(priority) - 1]
+end
+
+-- The fair-share hash of a queue class's model (shared by all its pools).
+local function fair_key(class)
+  return KEYS[class_index(class) + 3]
 end
 
 -- A key named by a record (idem_ref): usable only if it is in KEYS.

@@ -13,12 +13,21 @@ local function plan_read(id)
     return nil
   end
   local f = redis.call('HMGET', jk(id), 'status', 'kind', 'model', 'parent_id', 'idem_ref',
-    'child_models')
+    'child_models', 'pool')
   if not f[1] then
     return nil
   end
   return {status = f[1], kind = f[2], model = f[3] or '', parent_id = f[4] or '',
-    idem_ref = f[5] or '', child_models = f[6]}
+    idem_ref = f[5] or '', child_models = f[6], pool = f[7] or ''}
+end
+
+-- The queues a job of (model, pool) waits in, and its model's fair-share
+-- hash (the any-pool class's group holds it): both asked for.
+local function need_class(model, pool)
+  need_model(model)
+  if pool and pool ~= '' then
+    need_model(queue_class(model, pool))
+  end
 end
 
 -- snapshot(id) reads the job, its model's queues while it is QUEUED and a
@@ -33,13 +42,13 @@ local function plan_snapshot(id)
       need_job(cid)
     end
   elseif j.status == ST.QUEUED then
-    need_model(j.model)
+    need_class(j.model, j.pool)
   end
 end
 
 -- Every child of group `gid` (record `g`) with its model: a group's cancel,
 -- or its end expiring them all. The group record lists its children's
--- models (child_models), so they come in the same round as the children.
+-- queue classes (child_models), so they come in the same round as the children.
 local function plan_children(gid, g)
   if g.child_models then
     for _, model in ipairs(cjson.decode(g.child_models)) do
@@ -49,7 +58,7 @@ local function plan_children(gid, g)
   for _, cid in ipairs(redis.call('LRANGE', children_key(gid), 0, -1)) do
     local c = plan_read(cid)
     if c then
-      need_model(c.model)
+      need_class(c.model, c.pool)
       need_key(c.idem_ref)
     end
   end
@@ -76,7 +85,7 @@ local function plan_transition(id)
   if j.kind == KIND.GROUP then
     plan_children(id, j)
   else
-    need_model(j.model)
+    need_class(j.model, j.pool)
   end
   local parent_id = j.parent_id
   if parent_id ~= '' then
@@ -106,7 +115,7 @@ local function plan_held(pid, room)
         counted = counted + 1  -- asked for; counted as live
       elseif c and c.status == ST.HELD then
         counted = counted + 1
-        need_model(c.model)
+        need_class(c.model, c.pool)
       end
     end
     offset = offset + #ids

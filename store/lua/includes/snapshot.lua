@@ -4,14 +4,35 @@
 -- queues of its model while it is QUEUED) must be declared: plan_snapshot()
 -- (includes/plan.lua) asks for them.
 
--- Jobs the same workers claim before the job of (model, priority, seq):
--- every higher-priority ready job of the model plus the ready jobs of its own
--- queue with a lower sequence. O(log N) per queue.
-local function queue_position(model, priority, seq)
+-- Ready jobs of `queue` claimed before (score, id): a lower score, or the
+-- same score and a lower id (claims break ties by id). O(log N) plus the
+-- ties, which only fair share makes (two tenants' equal passes).
+local function ahead_in(queue, score, id)
+  local n = redis.call('ZCOUNT', queue, '-inf', '(' .. score)
+  for _, tied in ipairs(redis.call('ZRANGEBYSCORE', queue, score, score)) do
+    if tied < id then
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- Jobs the same workers claim before job `id` of (model, priority, score),
+-- bound to `pool`: of its own and higher priorities, the ready jobs of its
+-- queue class claimed before it; for a pool's job, also the any-pool ones
+-- (its workers claim both, in one order). O(log N) per queue.
+local function queue_position(id, model, priority, score, pool)
   priority = tonumber(priority)
-  local n = redis.call('ZCOUNT', queue_key(model, priority), '-inf', '(' .. seq)
-  for p = 1, priority - 1 do
-    n = n + redis.call('ZCARD', queue_key(model, p))
+  local classes = {queue_class(model, pool)}
+  if pool and pool ~= '' then
+    classes[2] = model
+  end
+  local n = 0
+  for _, class in ipairs(classes) do
+    n = n + ahead_in(queue_key(class, priority), score, id)
+    for p = 1, priority - 1 do
+      n = n + redis.call('ZCARD', queue_key(class, p))
+    end
   end
   return n
 end
@@ -30,7 +51,7 @@ local function snapshot(id)
   end
   local position = -1
   if h['status'] == ST.QUEUED and h['kind'] ~= KIND.GROUP then
-    position = queue_position(h['model'], h['priority'], h['seq'])
+    position = queue_position(id, h['model'], h['priority'], h['seq'], h['pool'])
   end
   local result = redis.call('GET', result_key(id)) or ''
   local kids = {}

@@ -93,7 +93,8 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
     'queue_timeout', job['queue_timeout'] or 0, 'run_timeout', job['run_timeout'] or 0,
     'create_time', NOW, 'update_time', NOW, 'progress', '0', 'stage', '',
     'parent_id', parent_id, 'child_index', child_index, 'cancel_requested', 0,
-    'worker_id', '', 'error_code', '', 'error_message', ''}
+    'worker_id', '', 'error_code', '', 'error_message', '',
+    'weight', item.spec['weight'] or 0}
   for name, value in pairs(job['fields'] or {}) do
     record[#record + 1] = name
     record[#record + 1] = value
@@ -103,7 +104,7 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
   if payload then
     redis.call('SET', payload_key(job['id']), payload)
   end
-  redis.call('SADD', K_MODELS, job['model'])
+  redis.call('SADD', K_MODELS, queue_class(job['model'], job['pool']))
   return key
 end
 
@@ -114,30 +115,36 @@ local function submit_create(item)
   local jobs = spec['jobs']
   local n = #jobs
   local tenant = item.tenant
-  -- First write: next_seq's SET is DENYOOM, so under OOM nothing below
-  -- happens (and in a batch, the first item's SET comes before any other
-  -- write).
-  local seq = next_seq()
+  -- First write: next_score's SET (fair share off) or HSET (on), or the
+  -- HINCRBY below for a group, is DENYOOM, so under OOM nothing below
+  -- happens (and in a batch, the first item's write comes before any other).
+  local seq = '0'
+  if spec['kind'] ~= KIND.GROUP then
+    local job = jobs[1]
+    seq = next_score(job['model'], spec['priority'], tenant, spec['weight'], job['floor'])
+  end
   redis.call('HINCRBY', K_LIVE, tenant, n)
   redis.call('INCRBY', K_LIVE_TOTAL, n)
 
   local root = spec['id']
   if spec['kind'] == KIND.GROUP then
     local pkey = submit_new_record(item, spec, seq, KIND.GROUP, ST.QUEUED, '', 0, nil)
-    -- child_models: a plan learns every child's model with the group's
-    -- record, without reading the children first (includes/plan.lua)
+    -- child_models: a plan learns every child's queue classes with the
+    -- group's record, without reading the children first (includes/plan.lua)
     local models, seen = {}, {}
     for _, child in ipairs(jobs) do
-      if not seen[child['model']] then
-        seen[child['model']] = true
-        models[#models + 1] = child['model']
+      for _, class in ipairs({child['model'], queue_class(child['model'], child['pool'])}) do
+        if not seen[class] then
+          seen[class] = true
+          models[#models + 1] = class
+        end
       end
     end
     redis.call('HSET', pkey, 'max_parallel', spec['max_parallel'], 'total', n, 'done', 0,
       'completed', 0, 'active', 0, 'child_models', cjson.encode(models))
     emit(root, nil, ST.QUEUED)
     for i, child in ipairs(jobs) do
-      -- a child takes its score (next_seq) when it is released (to_queued)
+      -- a child takes its score (next_score) when it is released (to_queued)
       submit_new_record(item, child, 0, KIND.CHILD, ST.HELD, root, i - 1,
         ARGV[item.payload_at + i - 1])
       redis.call('RPUSH', children_key(root), child['id'])
@@ -152,9 +159,10 @@ local function submit_create(item)
     if queue_timeout > 0 then
       redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, root)
     end
-    redis.call('ZADD', queue_key(job['model'], spec['priority']), seq, root)
+    local class = queue_class(job['model'], job['pool'])
+    redis.call('ZADD', queue_key(class, spec['priority']), seq, root)
     emit(root, nil, ST.QUEUED)
-    notify('r', job['model'] .. ' ' .. root)
+    notify('r', class .. ' ' .. root)
   end
   notify('j', root)
 
