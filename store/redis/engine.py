@@ -191,7 +191,11 @@ class RedisEngine:
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
         await self.connection.open()
-        await self._check_fair_share()
+        try:
+            await self._check_fair_share()
+        except StoreMisconfigured:
+            await self.close()  # a refused start leaves nothing open
+            raise
 
     async def _check_fair_share(self) -> None:
         """--fair-share is fixed for a deployment's life: the first server to start

@@ -161,7 +161,7 @@ async def status_of(store: Store, job_id: str, tenant: str = TENANT) -> JobStatu
 
 def partitions_of(store: Store) -> int:
     """How many partitions (each with its own audit stream) the store spreads over."""
-    return len(getattr(store, "parts", ())) or 1
+    return len(getattr(getattr(store, "engine", None), "parts", ())) or 1
 
 
 class _CountsWaitingClaims(Protocol):

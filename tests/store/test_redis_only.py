@@ -677,3 +677,12 @@ async def test_a_watch_sees_a_queue_move_published_while_it_first_read_the_job(
     if seen.queue_position != 0:
         seen = await asyncio.wait_for(anext(stream), 5)
     assert seen.queue_position == 0
+
+
+async def test_a_server_of_the_other_fair_share_mode_cannot_join_a_deployment(
+    make_store: StoreFactory,
+) -> None:
+    await make_store(fair_share=True)  # the first server records the mode
+    with pytest.raises(StoreMisconfigured, match="--fair-share tenant"):
+        await make_store(fair_share=False)
+    await make_store(fair_share=True)  # the same mode joins

@@ -420,7 +420,10 @@ def test_position_elsewhere_lua_only_counts() -> None:
     assert "while" not in code and "repeat" not in code
     # its loops are over the KEYS (the job's priority's queues, the higher
     # priorities'), not over a queue
-    assert re.findall(r"\bfor\b[^\n]*", code) == ["for i = 1, same do", "for i = same + 1, #KEYS do"]
+    assert re.findall(r"\bfor\b[^\n]*", code) == [
+        "for i = 1, same do",
+        "for i = same + 1, #KEYS do",
+    ]
 
 
 async def test_events_of_every_partition_are_merged_in_stream_order(make: Factory) -> None:
