@@ -56,7 +56,10 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         validate.batch_submit(request, self._settings)
         submits = placement.bind_batch(
             caller.pools,
-            [convert.submit_request(caller.tenant, item, caller.weight) for item in request.requests],
+            [
+                convert.submit_request(caller.tenant, item, caller.weight)
+                for item in request.requests
+            ],
         )
         results = await self._store.submit_batch(submits)
         response = pb.BatchSubmitResponse()
