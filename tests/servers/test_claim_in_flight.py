@@ -223,8 +223,9 @@ class LateAnswerStore(LocalStore):
         models: Sequence[str],
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
+        pool: str = "",
     ) -> list[ClaimedJob]:
-        return await self._late(await super().claim(worker_id, models, max_jobs, wait))
+        return await self._late(await super().claim(worker_id, models, max_jobs, wait, pool))
 
     async def report_and_claim(
         self,
@@ -232,8 +233,9 @@ class LateAnswerStore(LocalStore):
         models: Sequence[str],
         results: Sequence[tuple[str, str, ResultReport]],
         max_jobs: int,
+        pool: str = "",
     ) -> ReportedAndClaimed:
-        step = await super().report_and_claim(worker_id, models, results, max_jobs)
+        step = await super().report_and_claim(worker_id, models, results, max_jobs, pool)
         return ReportedAndClaimed(step.results, await self._late(step.claimed))
 
     async def _late(self, claimed: list[ClaimedJob]) -> list[ClaimedJob]:
