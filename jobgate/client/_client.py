@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -278,6 +278,52 @@ class JobClient:
         """Cancel a job; `cancelled` is false when it had already ended."""
         request = job_service_pb2.CancelRequest(job_id=job_id, reason=reason)
         return await self._unary("Cancel", self.stub.Cancel, request, timeout)
+
+    async def list_jobs_page(
+        self,
+        *,
+        filter: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: Timeout = USE_DEFAULT,
+    ) -> tuple[list[job_pb2.Job], str]:
+        """One page of ListJobs, newest first: (jobs, next_page_token; "" on the last page)."""
+        request = job_service_pb2.ListJobsRequest(
+            filter=filter, page_size=page_size, page_token=page_token
+        )
+        response = await self._unary("ListJobs", self.stub.ListJobs, request, timeout)
+        return list(response.jobs), response.next_page_token
+
+    async def list_jobs(
+        self, *, filter: str = "", page_size: int = 0
+    ) -> AsyncIterator[list[job_pb2.Job]]:
+        """Every page of a ListJobs walk, in order (a page may be empty)."""
+        token = ""
+        while True:
+            jobs, token = await self.list_jobs_page(
+                filter=filter, page_size=page_size, page_token=token
+            )
+            yield jobs
+            if not token:
+                return
+
+    async def retry_job(self, job_id: str, *, timeout: Timeout = USE_DEFAULT) -> job_pb2.Job:
+        """Put a FAILED or CANCELLED job (or a group's unfinished children) back to work."""
+        request = job_service_pb2.RetryJobRequest(job_id=job_id)
+        response = await self._unary("RetryJob", self.stub.RetryJob, request, timeout)
+        return response.job
+
+    async def list_workers(self, *, timeout: Timeout = USE_DEFAULT) -> list[job_pb2.Worker]:
+        """The workers seen lately, most recently seen first (admin callers)."""
+        request = job_service_pb2.ListWorkersRequest()
+        response = await self._unary("ListWorkers", self.stub.ListWorkers, request, timeout)
+        return list(response.workers)
+
+    async def list_queues(self, *, timeout: Timeout = USE_DEFAULT) -> list[job_pb2.QueueStats]:
+        """Queued and processing counts per model, priority and pool (admin callers)."""
+        request = job_service_pb2.ListQueuesRequest()
+        response = await self._unary("ListQueues", self.stub.ListQueues, request, timeout)
+        return list(response.queues)
 
     async def watch(
         self, job_id: str, *, timeout: float | None = None
