@@ -31,6 +31,8 @@ class Problem:
     status: int
     headline: str
     detail: str
+    #: A limit to explain rather than a failure (shown calmer).
+    info: bool = False
 
     @property
     def text(self) -> str:

@@ -145,7 +145,7 @@ def test_queues_and_workers_say_a_client_token_needs_admin(
     client = console(token="acme-token")
     for path in ("/queues", "/workers"):
         page = client.get(path)
-        assert page.status_code == 403
+        assert page.status_code == 200
         assert "This page needs an admin token" in page.text
 
 
