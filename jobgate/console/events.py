@@ -1,11 +1,12 @@
 """Server-sent events: a job's snapshots, and a bulk retry's progress.
 
 `/jobs/<id>/events` relays the job's shared feed (`streams.StatusHub`): an
-`event: job` with the page's live fields per snapshot, then `event: end`
-once the job is terminal (the page's script closes the stream, so the
-browser does not reconnect), or `event: problem` when the call failed. A
-comment line goes out every `KEEPALIVE_SECONDS` so proxies keep the
-connection open and a closed tab is noticed.
+`event: job` with the page's live fields per snapshot, `event: problem`
+when the call failed, and `event: end` once the job is terminal or the
+failure is for good (the page's script then closes the stream, so the
+browser does not reconnect; after any other end it reconnects). A comment
+line goes out every `KEEPALIVE_SECONDS` so proxies keep the connection open
+and a closed tab is noticed.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+import grpc
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
+from jobgate.client import is_terminal
 from jobgate.console import present
 from jobgate.console.problems import problem
 from jobgate.console.state import console_of, session_of
@@ -26,6 +29,7 @@ from jobgate.console.streams import Update
 from jobgate.v1.limits import JOB_ID_PATTERN
 
 KEEPALIVE_SECONDS = 15.0
+RECONNECT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 _STREAM_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 
 
@@ -54,14 +58,20 @@ async def job_events(request: Request) -> Response:
 
 
 async def _job_stream(updates: AsyncGenerator[Update, None]) -> AsyncIterator[str]:
+    final = False  # whether the page should stop listening (else it reconnects)
     async for update in _with_keepalive(updates):
         if update is None:
             yield ": keep-alive\n\n"
         elif update.job is not None:
+            final = is_terminal(update.job)
             yield message("job", present.snapshot(update.job))
         elif update.error is not None:
+            final = update.error.code not in RECONNECT_CODES
             yield message("problem", {"message": problem(update.error).text})
-    yield message("end", {})
+    # A console stopping, or a gateway that stayed unavailable, ends the
+    # stream without `end`: the browser reconnects and the page resumes.
+    if final:
+        yield message("end", {})
 
 
 async def _with_keepalive(

@@ -30,6 +30,7 @@ class Page:
     """One open job page's event stream: the events it has received so far."""
 
     events: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    closed: bool = False  # the console ended the stream
 
     def statuses(self) -> list[object]:
         return [data.get("status") for name, data in self.events if name == "job"]
@@ -47,6 +48,7 @@ async def follow(client: httpx2.AsyncClient, url: str, page: Page) -> None:
                 page.events.append((name, json.loads(line.removeprefix("data: "))))
                 if name == "end":
                     return
+    page.closed = True
 
 
 @contextlib.asynccontextmanager
@@ -154,3 +156,15 @@ def test_a_terminal_job_page_opens_no_stream(
     console = live_console()
     page = httpx2.get(f"{console.url}/jobs/{job.id}")
     assert "data-events=" not in page.text
+
+
+async def test_a_stopping_console_ends_streams_without_end_so_pages_reconnect(
+    live_console: LiveFactory, gateway: FakeGatewayThread
+) -> None:
+    job = gateway.create("acme", "text-stats")
+    console = live_console()
+    async with open_pages(console.url, [f"/jobs/{job.id}/events"]) as (page,):
+        await until(lambda: page.statuses() == ["QUEUED"])
+        await asyncio.to_thread(console.run, console.server.console.hub.close())
+        await until(lambda: page.closed)
+    assert [name for name, _ in page.events] == ["job"]
