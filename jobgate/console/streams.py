@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from jobgate.client import JobClient
 from jobgate.errors import JobgateError
 from jobgate.v1 import job_pb2
 
+log = logging.getLogger("jobgate.console")
 FeedKey = tuple[str | None, str]  # (token, job_id)
 
 
@@ -56,6 +58,9 @@ class Feed:
                 await self._publish(job)
         except JobgateError as error:
             self._error = error
+        except Exception:
+            # Not the gateway's answer but a fault here: the pages just end.
+            log.exception("status feed of %s failed", self.key[1])
         finally:
             self.finished = True
             # Wake every subscriber; shielded so a cancel (last one left) still does.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from jobgate.v1 import job_pb2
 from tests.console.conftest import LiveFactory
 from tests.console.fake_gateway import FakeGatewayThread
 from tests.helpers import assert_eventually
+from tests.pki import Pki
 
 PAGES = 200
 
@@ -168,3 +170,13 @@ async def test_a_stopping_console_ends_streams_without_end_so_pages_reconnect(
         await asyncio.to_thread(console.run, console.server.console.hub.close())
         await until(lambda: page.closed)
     assert [name for name, _ in page.events] == ["job"]
+
+
+def test_with_tls_the_console_serves_https_and_marks_cookies_secure(
+    live_console: LiveFactory, gateway: FakeGatewayThread, pki: Pki
+) -> None:
+    console = live_console(tls_cert=str(pki.server_cert), tls_key=str(pki.server_key))
+    assert console.url.startswith("https://")
+    page = httpx2.get(f"{console.url}/jobs", verify=ssl.create_default_context(cafile=pki.ca))
+    assert page.status_code == 200
+    assert "Secure" in page.headers["set-cookie"]
