@@ -34,6 +34,11 @@ typecheck: venv
 bench: venv
 	$(BIN)/python -m bench.run --out bench/RESULTS.md
 
+# The console's screenshots in docs/console/, taken by its browser tests.
+.PHONY: console-screenshots
+console-screenshots: venv
+	JOBGATE_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q -p no:cacheprovider tests/console/browser
+
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

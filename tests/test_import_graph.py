@@ -23,6 +23,7 @@ PACKAGES = ("jobgate", "serving", "gateway_server", "worker_server", "store")
 # Layers, most specific first: a module belongs to the first that prefixes it.
 LAYERS = (
     "jobgate.cli._servers",  # the one lazily imported server-command module
+    "jobgate.console",  # the web console: the only user of the web stack
     "jobgate.v1",  # the contract: generated stubs and the hand-written limits
     "jobgate",  # what users import: client, worker daemon, CLI
     "serving",  # plumbing private to the servers
@@ -35,7 +36,11 @@ LAYERS = (
 # parties by top-level name). A third party not named in THIRD_PARTY is free.
 ALLOWED: dict[str, frozenset[str]] = {
     "jobgate.v1": frozenset({"jobgate.v1"}),
-    "jobgate": frozenset({"jobgate", "jobgate.v1", "grpc", "grpc_status"}),
+    "jobgate": frozenset({"jobgate", "jobgate.v1", "jobgate.console", "grpc", "grpc_status"}),
+    "jobgate.console": frozenset(
+        {"jobgate.console", "jobgate", "jobgate.v1", "grpc", "grpc_status"}
+        | {"starlette", "uvicorn", "jinja2"}
+    ),
     "jobgate.cli._servers": frozenset(
         {"jobgate", "jobgate.v1", "serving", "gateway_server", "worker_server", "store"}
     ),
@@ -50,6 +55,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Third parties whose use is restricted to the layers that list them above.
 THIRD_PARTY = frozenset(
     {"redis", "prometheus_client", "grpc_health", "grpc_reflection", "grpc", "grpc_status"}
+    | {"starlette", "uvicorn", "jinja2"}
 )
 # Modules of the jobgate layer that `serving` may use (shared formats, not the client).
 SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs"})
@@ -176,6 +182,10 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
         ("store.errors", "grpc"),
         ("gateway_server.server", "redis"),
         ("jobgate.client._client", "jobgate.cli._servers"),
+        ("jobgate.cli._console", "starlette.applications"),
+        ("jobgate.client._client", "jinja2"),
+        ("jobgate.console.app", "store.model"),
+        ("jobgate.console.gateway", "serving.auth"),
     ],
 )
 def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: str) -> None:
@@ -191,6 +201,9 @@ def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: 
         ("serving.logs", "jobgate._logs"),
         ("store.redis.connection", "redis"),
         ("jobgate.worker._context", "jobgate.v1.limits"),
+        ("jobgate.console.app", "starlette.applications"),
+        ("jobgate.console.pages", "jobgate.client"),
+        ("jobgate.cli._console", "jobgate.console.settings"),
     ],
 )
 def test_the_graph_allows_the_arrows_the_design_draws(source: str, target: str) -> None:
@@ -218,6 +231,31 @@ def test_the_client_side_loads_no_server_module(statement: str) -> None:
     probe = (
         f"import sys\n{statement}\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SERVER_SIDE!r}))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert loaded.stdout.strip() == "[]"
+
+
+WEB_STACK = ("starlette", "uvicorn", "jinja2", "jobgate.console")
+
+
+@pytest.mark.parametrize(
+    ("statement", "absent"),
+    [
+        ("import jobgate", WEB_STACK),
+        ("from jobgate.cli import build_parser; build_parser(['submit', '--help'])", WEB_STACK),
+        # The console's flags and refusals need no web stack (a missing extra is reported).
+        ("from jobgate.cli import build_parser; build_parser(['console'])", WEB_STACK[:3]),
+    ],
+)
+def test_the_web_stack_loads_only_when_the_console_runs(
+    statement: str, absent: tuple[str, ...]
+) -> None:
+    probe = (
+        f"import sys\n{statement}\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({absent!r})))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT

@@ -3,7 +3,8 @@
 Client commands (submit, get, watch, cancel, worker) live in `_client`. The
 server commands (serve, gateway, worker-server, events) live in `_servers`,
 which is imported only when one of them runs: it loads the servers, the store
-and Redis, none of which a client or a worker daemon needs.
+and Redis, none of which a client or a worker daemon needs. `console` lives
+in `_console`, imported only when it runs too (it leads to the web stack).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ SERVER_COMMANDS = {
     "worker-server": "run WorkerService on --listen against --redis-url",
     "events": "print the audit trail of job status transitions",
 }
+CONSOLE_COMMAND = "console"
+CONSOLE_HELP = "serve the web console (jobs, queues, workers) for a JobService"
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -29,7 +32,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="jobgate", description="A durable job gateway for GPU work."
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    if _chosen_command(sys.argv[1:] if argv is None else argv) in SERVER_COMMANDS:
+    chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
+    if chosen in SERVER_COMMANDS:
         from jobgate.cli import _servers
 
         _servers.add_commands(subcommands)
@@ -37,6 +41,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         for name, description in SERVER_COMMANDS.items():
             subcommands.add_parser(name, help=description, description=description)
     _client.add_commands(subcommands)
+    if chosen == CONSOLE_COMMAND:
+        from jobgate.cli import _console
+
+        _console.add_command(subcommands)
+    else:
+        subcommands.add_parser(CONSOLE_COMMAND, help=CONSOLE_HELP, description=CONSOLE_HELP)
     return parser
 
 
