@@ -95,6 +95,12 @@ async def open_configured_store(settings: ServerSettings, hear_changes: bool = T
     return store
 
 
+#: Something a process runs beside its gRPC servers once they listen (the
+#: console of `serve --console-listen`): entered after the servers start,
+#: left when the process stops. Raises StartError when it cannot start.
+Sidecar = Callable[["Process"], contextlib.AbstractAsyncContextManager[object]]
+
+
 class Process:
     """One server process; `run()` returns the exit code after a drain."""
 
@@ -105,16 +111,20 @@ class Process:
         builders: Sequence[Builder],
         out: TextIO | None = None,
         install_signals: bool = True,
+        sidecars: Sequence[Sidecar] = (),
     ) -> None:
         self.command = command
         self.settings = settings
         self._builders = tuple(builders)
+        self._sidecars = tuple(sidecars)
         self._out = out or sys.stdout
         self._install = install_signals
         self.started = asyncio.Event()
         self._stop = asyncio.Event()
         self.listeners: list[Listener] = []
         self.metrics_address: Address | None = None
+        #: More addresses the listening line names (a sidecar's, e.g. console=...).
+        self.announced: dict[str, Address] = {}
         self.serving: Serving | None = None
 
     def request_stop(self) -> None:
@@ -169,6 +179,12 @@ class Process:
         await probe.step()
         for listener in self.listeners:
             await listener.server.start()
+        async with contextlib.AsyncExitStack() as sidecars:
+            for sidecar in self._sidecars:
+                await sidecars.enter_async_context(sidecar(self))
+            return await self._serve_started(serving, probe)
+
+    async def _serve_started(self, serving: Serving, probe: StoreProbe) -> int:
         self._announce(serving)
         if self._install:  # a process of its own, not a test's in-process server
             self._install_signals()
@@ -197,6 +213,7 @@ class Process:
     def _announce(self, serving: Serving) -> None:
         parts = [f"{listener.name}={listener.address}" for listener in self.listeners]
         parts.append(f"metrics={self.metrics_address or 'off'}")
+        parts += [f"{name}={address}" for name, address in self.announced.items()]
         line = f"jobgate {self.command} listening {' '.join(parts)}"
         print(line, file=self._out, flush=True)
         log.info(

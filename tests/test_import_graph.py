@@ -41,8 +41,10 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"jobgate.console", "jobgate", "jobgate.v1", "grpc", "grpc_status"}
         | {"starlette", "uvicorn", "jinja2"}
     ),
+    # the composer: `serve --console-listen` runs the console too (imported when asked)
     "jobgate.cli._servers": frozenset(
-        {"jobgate", "jobgate.v1", "serving", "gateway_server", "worker_server", "store"}
+        {"jobgate", "jobgate.v1", "jobgate.console", "serving", "gateway_server"}
+        | {"worker_server", "store"}
     ),
     "serving": frozenset(
         {"serving", "store", "jobgate.v1", "jobgate", "prometheus_client", "grpc_health"}

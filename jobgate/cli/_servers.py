@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from gateway_server.server import build_server as build_gateway
 from jobgate.cli import SERVER_COMMANDS
 from serving import events, logs, runner
 from serving import settings as server_settings
-from serving.runner import Builder, Process
-from serving.settings import ServerSettings
+from serving.runner import Builder, Process, StartError
+from serving.settings import Address, ServerSettings
 from worker_server.server import build_server as build_worker
 
 SERVE, GATEWAY, WORKER_SERVER = "serve", "gateway", "worker-server"
@@ -60,7 +62,57 @@ def process(
     install_signals: bool = True,
 ) -> Process:
     """One server process for `command` (tests run it in-process)."""
-    return Process(command, settings, builders(command, settings), out, install_signals)
+    sidecars = [_console] if command == SERVE and settings.console_listen is not None else []
+    return Process(command, settings, builders(command, settings), out, install_signals, sidecars)
+
+
+@contextlib.asynccontextmanager
+async def _console(process: Process) -> AsyncIterator[object]:
+    """`serve --console-listen`: the web console in this process, a client of its JobService.
+
+    With --auth-file it asks people to sign in with their auth-file token and
+    calls with it (the same login settings as the gateway's); the console
+    refuses, as `jobgate console` does, to listen beyond loopback without a
+    login and TLS.
+    """
+    settings = process.settings
+    from jobgate.client import ConnectionConfig
+    from jobgate.console.settings import INSTALL_HINT, AuthMode, ConsoleSettings, Listen
+    from jobgate.console.settings import SettingsError as ConsoleSettingsError
+
+    try:
+        from jobgate.console.server import ConsoleServer
+    except ImportError as error:
+        raise StartError(f"--console-listen needs the console extra: {INSTALL_HINT}") from error
+    if settings.tls_client_ca is not None:
+        raise StartError("--console-listen cannot be used with --tls-client-ca (mutual TLS)")
+    job = next(listener.address for listener in process.listeners if listener.name == "job")
+    host = "127.0.0.1" if job.host in ("0.0.0.0", "") else "::1" if job.host == "::" else job.host
+    tls_ca = (
+        await asyncio.to_thread(Path(settings.tls_cert).read_bytes) if settings.tls_cert else None
+    )
+    listen = settings.console_listen
+    assert listen is not None
+    try:
+        console = ConsoleSettings(
+            gateway=ConnectionConfig(target=str(Address(host, job.port)), tls_ca=tls_ca),
+            listen=Listen(listen.host, listen.port),
+            auth=AuthMode.TOKEN if settings.auth_file else AuthMode.NONE,
+            tls_cert=settings.tls_cert,
+            tls_key=settings.tls_key,
+        )
+    except ConsoleSettingsError as error:
+        raise StartError(f"--console-listen: {error}") from None
+    server = ConsoleServer(console)
+    try:
+        port = await server.start()
+    except OSError as error:
+        raise StartError(f"cannot serve the console on {listen}: {error.strerror}") from None
+    process.announced["console"] = Address(listen.host, port)
+    try:
+        yield server
+    finally:
+        await server.stop()
 
 
 def _runner(command: str) -> Callable[[argparse.Namespace], int]:
