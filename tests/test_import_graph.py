@@ -45,7 +45,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     ),
     "gateway_server": frozenset({"gateway_server", "serving", "store", "jobgate.v1", "grpc"}),
     "worker_server": frozenset({"worker_server", "serving", "store", "jobgate.v1", "grpc"}),
-    "store": frozenset({"store", "redis"}),
+    "store": frozenset({"store", "redis", "jobgate.v1"}),
 }
 # Third parties whose use is restricted to the layers that list them above.
 THIRD_PARTY = frozenset(
@@ -53,6 +53,9 @@ THIRD_PARTY = frozenset(
 )
 # Modules of the jobgate layer that `serving` may use (shared formats, not the client).
 SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs"})
+# Modules of the contract that `store` may use: its vocabulary (limits, error
+# reasons), which load no grpc and no stubs; never the stubs themselves.
+STORE_MAY_USE_FROM_CONTRACT = frozenset({"jobgate.v1.limits", "jobgate.v1.errors"})
 # The server commands are reached from the CLI's entry only, inside a function.
 LAZY_ENTRY = ("jobgate.cli", "jobgate.cli._servers")
 
@@ -137,6 +140,8 @@ def forbidden(source: str, target: str, lazy: bool = False) -> bool:
         return top in THIRD_PARTY and top not in allowed
     if source_layer == "serving" and target_layer == "jobgate":
         return target not in SERVING_MAY_USE_FROM_JOBGATE
+    if source_layer == "store" and target_layer == "jobgate.v1":
+        return target not in STORE_MAY_USE_FROM_CONTRACT
     return target_layer not in allowed
 
 
@@ -173,6 +178,9 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
         ("gateway_server.job_service", "worker_server.convert"),
         ("worker_server.server", "gateway_server.server"),
         ("store.model", "jobgate.v1.job_pb2"),
+        ("store.model", "jobgate.v1"),
+        ("store.errors", "jobgate.errors"),
+        ("store.policy", "jobgate.client"),
         ("store.errors", "grpc"),
         ("gateway_server.server", "redis"),
         ("jobgate.client._client", "jobgate.cli._servers"),
@@ -191,6 +199,8 @@ def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: 
         ("serving.logs", "jobgate._logs"),
         ("store.redis_store", "redis"),
         ("jobgate.worker._context", "jobgate.v1.limits"),
+        ("store.policy", "jobgate.v1.limits"),
+        ("store.errors", "jobgate.v1.errors"),
     ],
 )
 def test_the_graph_allows_the_arrows_the_design_draws(source: str, target: str) -> None:
@@ -223,3 +233,26 @@ def test_the_client_side_loads_no_server_module(statement: str) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert loaded.stdout.strip() == "[]"
+
+
+def _loaded_by(statement: str, prefixes: tuple[str, ...]) -> list[str]:
+    probe = (
+        f"import sys\n{statement}\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    loaded: list[str] = ast.literal_eval(run.stdout.strip())
+    return loaded
+
+
+CLIENT_SIDE = ("grpc", "jobgate.client", "jobgate.worker", "jobgate.errors", "jobgate.cli")
+
+
+@pytest.mark.parametrize(
+    "statement", ["import jobgate.v1.limits", "import jobgate.v1.errors", "import store"]
+)
+def test_the_contracts_vocabulary_loads_no_grpc_and_no_client(statement: str) -> None:
+    # `import jobgate` is lazy (PEP 562), so the store can share these modules.
+    assert _loaded_by(statement, CLIENT_SIDE) == []
