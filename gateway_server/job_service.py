@@ -13,9 +13,9 @@ from gateway_server import convert, validate
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
 from serving.auth import Caller, Role
-from serving.context import Serving
 from serving.convert import job_to_proto
 from serving.logs import job_fields
+from serving.shared import Serving
 from store.errors import StoreError
 from store.model import Job, JobKind, JobStatus
 

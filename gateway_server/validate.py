@@ -11,7 +11,7 @@ from jobgate.v1.limits import (
     MAX_IDEMPOTENCY_KEY_BYTES,
 )
 from serving.settings import ServerSettings
-from serving.validation import Violations
+from serving.violations import Violations
 
 _PRIORITIES = tuple(job_pb2.Priority.values())
 

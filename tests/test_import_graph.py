@@ -22,7 +22,8 @@ PACKAGES = ("jobgate", "serving", "gateway_server", "worker_server", "store")
 
 # Layers, most specific first: a module belongs to the first that prefixes it.
 LAYERS = (
-    "jobgate.cli._servers",  # the one lazily imported server-command module
+    "jobgate.cli._servers",  # the lazily imported server commands
+    "jobgate.cli._events",  # the lazily imported `jobgate events` (the store, no server)
     "jobgate.v1",  # the contract: generated stubs and the hand-written limits
     "jobgate",  # what users import: client, worker daemon, CLI
     "serving",  # plumbing private to the servers
@@ -39,6 +40,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "jobgate.cli._servers": frozenset(
         {"jobgate", "jobgate.v1", "serving", "gateway_server", "worker_server", "store"}
     ),
+    "jobgate.cli._events": frozenset({"jobgate", "jobgate.v1", "serving", "store"}),
     "serving": frozenset(
         {"serving", "store", "jobgate.v1", "jobgate", "prometheus_client", "grpc_health"}
         | {"grpc_reflection", "grpc", "grpc_status"}
@@ -56,8 +58,9 @@ SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs"})
 # Modules of the contract that `store` may use: its vocabulary (limits, error
 # reasons), which load no grpc and no stubs; never the stubs themselves.
 STORE_MAY_USE_FROM_CONTRACT = frozenset({"jobgate.v1.limits", "jobgate.v1.errors"})
-# The server commands are reached from the CLI's entry only, inside a function.
-LAZY_ENTRY = ("jobgate.cli", "jobgate.cli._servers")
+# The server-side commands are reached from the CLI's entry only, inside a function.
+LAZY_ENTRY = "jobgate.cli"
+LAZY_COMMANDS = ("jobgate.cli._servers", "jobgate.cli._events")
 
 
 @dataclass(frozen=True)
@@ -131,10 +134,10 @@ def is_module(name: str) -> bool:
 def forbidden(source: str, target: str, lazy: bool = False) -> bool:
     source_layer = layer_of(source)
     assert source_layer is not None
-    if layer_of(target) == LAZY_ENTRY[1] and source_layer != LAZY_ENTRY[1]:
-        return (source, target) != LAZY_ENTRY or not lazy
-    allowed = ALLOWED[source_layer]
     target_layer = layer_of(target)
+    if target_layer in LAZY_COMMANDS and source_layer != target_layer:
+        return source != LAZY_ENTRY or not lazy
+    allowed = ALLOWED[source_layer]
     if target_layer is None:
         top = target.split(".")[0]
         return top in THIRD_PARTY and top not in allowed
@@ -169,7 +172,7 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
 @pytest.mark.parametrize(
     ("source", "target"),
     [
-        ("jobgate.client._client", "serving.validation"),
+        ("jobgate.client._client", "serving.violations"),
         ("jobgate.worker._daemon", "store.model"),
         ("jobgate.cli._client", "serving.settings"),
         ("jobgate", "redis"),
@@ -184,6 +187,9 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
         ("store.errors", "grpc"),
         ("gateway_server.server", "redis"),
         ("jobgate.client._client", "jobgate.cli._servers"),
+        ("jobgate.cli._client", "jobgate.cli._events"),
+        ("jobgate.cli._events", "gateway_server.server"),
+        ("jobgate.cli._servers", "jobgate.cli._events"),
     ],
 )
 def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: str) -> None:
@@ -194,7 +200,7 @@ def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: 
     ("source", "target"),
     [
         ("jobgate.cli._servers", "gateway_server.server"),
-        ("gateway_server.job_service", "serving.context"),
+        ("gateway_server.job_service", "serving.shared"),
         ("serving.metrics", "store.model"),
         ("serving.logs", "jobgate._logs"),
         ("store.redis_store", "redis"),
@@ -207,9 +213,12 @@ def test_the_graph_allows_the_arrows_the_design_draws(source: str, target: str) 
     assert not forbidden(source, target)
 
 
-def test_the_server_commands_are_reached_only_lazily_from_the_cli_entry() -> None:
-    assert not forbidden("jobgate.cli", "jobgate.cli._servers", lazy=True)
-    assert forbidden("jobgate.cli", "jobgate.cli._servers", lazy=False)
+@pytest.mark.parametrize("module", LAZY_COMMANDS)
+def test_the_server_side_commands_are_reached_only_lazily_from_the_cli_entry(
+    module: str,
+) -> None:
+    assert not forbidden("jobgate.cli", module, lazy=True)
+    assert forbidden("jobgate.cli", module, lazy=False)
 
 
 SERVER_SIDE = ("store", "redis", "prometheus_client", "gateway_server", "worker_server", "serving")
@@ -222,6 +231,7 @@ SERVER_SIDE = ("store", "redis", "prometheus_client", "gateway_server", "worker_
         "import jobgate.client",
         "import jobgate.worker",
         "from jobgate.cli import build_parser; build_parser(['submit', '--help'])",
+        "from jobgate.cli import build_parser; build_parser(['worker', '--help'])",
     ],
 )
 def test_the_client_side_loads_no_server_module(statement: str) -> None:
@@ -256,3 +266,12 @@ CLIENT_SIDE = ("grpc", "jobgate.client", "jobgate.worker", "jobgate.errors", "jo
 def test_the_contracts_vocabulary_loads_no_grpc_and_no_client(statement: str) -> None:
     # `import jobgate` is lazy (PEP 562), so the store can share these modules.
     assert _loaded_by(statement, CLIENT_SIDE) == []
+
+
+def test_the_events_command_loads_the_store_but_no_server() -> None:
+    statement = "from jobgate.cli import build_parser; build_parser(['events', '--help'])"
+    loaded = _loaded_by(statement, ("store", "gateway_server", "worker_server", "jobgate.cli"))
+    assert "store" in loaded
+    assert "jobgate.cli._events" in loaded
+    assert not [m for m in loaded if m.startswith(("gateway_server", "worker_server"))]
+    assert "jobgate.cli._servers" not in loaded

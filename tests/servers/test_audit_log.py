@@ -18,8 +18,8 @@ import pytest
 from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from serving.audit_log import MESSAGE, AuditLog
-from serving.background import Recovery
 from serving.metrics import Metrics
+from serving.recovery import Recovery
 from serving.settings import Address, ServerSettings
 from store import StoreSettings, open_store
 from store.errors import StoreUnavailable

@@ -11,7 +11,7 @@ import jobgate
 from jobgate.v1.errors import Reason
 from serving.auth import AuthError
 from serving.errors import MAX_MESSAGE_BYTES, ShuttingDown, to_status
-from serving.validation import FieldViolation, ValidationError
+from serving.violations import FieldViolation, ValidationError
 from store.errors import InvalidRequest, JobNotFound, StoreError
 
 

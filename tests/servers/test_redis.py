@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2
-from serving.background import StoreProbe
+from serving.recovery import StoreProbe
 from serving.runner import open_configured_store
 from serving.settings import Address, ServerSettings
 from store import StoreSettings, open_store
