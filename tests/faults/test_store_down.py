@@ -40,7 +40,7 @@ def assert_store_unavailable(
 ) -> None:
     assert failure.code == grpc.StatusCode.UNAVAILABLE, f"{what}: {failure}"
     assert failure.reason == "STORE_UNAVAILABLE", f"{what}: {failure}"
-    timings("store down: call fails", elapsed, f"{fault}, {what}")
+    timings("store down: call fails", elapsed, f"servers, {fault}, {what}")
 
 
 async def all_health(deployment: Deployment, status: int) -> bool:
