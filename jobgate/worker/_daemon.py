@@ -276,6 +276,8 @@ class Worker:
                 hold.cancel()
             self._polling = False
         if poll is None:
+            # The flush sends them again, which is safe: a repeated result is APPLIED.
+            self._reports.put_back(results)
             return None
         jobs = poll.result()
         self._backlog = 0 < max_jobs <= len(jobs)

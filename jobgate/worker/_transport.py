@@ -77,8 +77,9 @@ class Transport(Protocol):
     ) -> Sequence[pb.ClaimedJob]:
         """Report `results`, then claim up to `max_jobs` jobs, long-polling up to `wait`.
 
-        Raises JobgateError when the call fails; results not reported are put
-        back for the next call (or, cut by a stop, for the flush).
+        Raises JobgateError when the call fails, the results it did not report
+        put back for the next call. A cancelled call (a stop cut the poll)
+        leaves `results` to the caller.
         """
         ...
 
@@ -186,11 +187,6 @@ class FastPath:
             response = await self._stub.ReportAndClaim(
                 request, timeout=wait + 10.0, metadata=self._metadata
             )
-        except asyncio.CancelledError:
-            # A stop cut the poll: the flush sends them again, which is safe
-            # (a repeated result is APPLIED).
-            self._reports.put_back(results)
-            raise
         except grpc.RpcError as rpc_error:
             return self._failed(error_from_rpc(rpc_error), results)
         Reports.settle(results, list(response.results))
