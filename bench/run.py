@@ -9,7 +9,9 @@ bench.depth (cost against queue depth, memory per job), bench.under_load
 (streams and long-polls, on serve and on Redis), bench.roundtrips (MONITOR
 round trips per RPC, the batched ones per job too),
 bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions),
-bench.floors (a bare gRPC echo and bare redis-py calls: the floors).
+bench.floors (a bare gRPC echo and bare redis-py calls: the floors),
+bench.timing (the durations the tests measure, against the bounds no test
+asserts).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from bench.floors import measure as measure_floors
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import REPORT_BATCH, Trips, round_trips
 from bench.sink import Sink, sink
+from bench.timing import QUICK_TESTS, timing_lines, verdicts
+from bench.timing import measure as measure_timings
 from bench.under_load import IDLE, LoadState, under_load
 
 PROCESSES = ("producer", "gateway", "worker-server", "serve", "worker", "redis")
@@ -54,6 +58,7 @@ class Plan:
     trips_calls: int
     cluster_jobs: int  # per Redis Cluster row
     floor_calls: int  # per floor measurement
+    timing_tests: tuple[str, ...]  # where section 11 finds the tests that time
 
 
 FULL = Plan(
@@ -61,14 +66,14 @@ FULL = Plan(
           latency_rate=200, latency_seconds=10),
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
-    cluster_jobs=2000, floor_calls=5000,
+    cluster_jobs=2000, floor_calls=5000, timing_tests=("tests",),
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
           latency_rate=200, latency_seconds=1),
     depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
-    cluster_jobs=200, floor_calls=300,
+    cluster_jobs=200, floor_calls=300, timing_tests=QUICK_TESTS,
 )  # fmt: skip
 
 
@@ -236,6 +241,11 @@ def _floors_section(plan: Plan, _: Sink) -> list[str]:
     return _floor_lines(measure_floors(plan.floor_calls))
 
 
+def _timing_section(plan: Plan, _: Sink) -> list[str]:
+    recorded, pytest_line, command = measure_timings(plan.timing_tests)
+    return timing_lines(verdicts(recorded), pytest_line, command)
+
+
 def _header(plan_name: str, label: str) -> list[str]:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M} ({plan_name})", "",
@@ -295,6 +305,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "load": _load_section,
     "cluster": _cluster_section,
     "floors": _floors_section,
+    "timing": _timing_section,
 }
 
 

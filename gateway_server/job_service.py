@@ -15,9 +15,9 @@ from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
 from serving import placement
 from serving.auth import JOB_SERVICE_ROLES, Caller, require_operator
-from serving.context import Serving
 from serving.convert import job_to_proto
 from serving.logs import job_fields
+from serving.shared import Serving
 from store.errors import StoreError
 from store.model import Job, JobKind, JobStatus
 

@@ -55,7 +55,7 @@ from jobgate.v1.limits import (
     POOL_PATTERN,
 )
 from serving.auth import TENANT_PATTERN
-from serving.validation import FieldViolation, ValidationError, quote
+from serving.violations import FieldViolation, ValidationError, quote
 from store.model import (
     FILTER_FIELDS,
     FilterTerm,

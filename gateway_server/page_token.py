@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from gateway_server.list_filter import format_filter
 from jobgate.v1.limits import JOB_ID_PATTERN
-from serving.validation import FieldViolation, ValidationError
+from serving.violations import FieldViolation, ValidationError
 from store.model import JobFilter, ListCursor
 
 FIELD = "page_token"

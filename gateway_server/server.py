@@ -6,9 +6,9 @@ import grpc.aio
 
 from gateway_server.job_service import JobService
 from jobgate.v1 import job_service_pb2, job_service_pb2_grpc
-from serving.context import Serving
 from serving.grpc_server import new_server
 from serving.settings import Address
+from serving.shared import Serving
 
 SERVICE_NAME = job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name
 

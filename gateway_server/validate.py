@@ -15,7 +15,7 @@ from jobgate.v1.limits import (
     MAX_PAGE_TOKEN_BYTES,
 )
 from serving.settings import ServerSettings
-from serving.validation import Violations
+from serving.violations import Violations
 
 _PRIORITIES = tuple(job_pb2.Priority.values())
 

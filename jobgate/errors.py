@@ -16,7 +16,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from jobgate.v1.errors import ERROR_DOMAIN, FieldViolation, Reason
+from jobgate.v1.errors import ERROR_DOMAIN, HANDLER_ERROR, FieldViolation, Reason
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -94,7 +94,7 @@ class RetryableError(JobgateError):
     attempts are used up.
     """
 
-    def __init__(self, message: str = "", *, error_code: str = "HANDLER_ERROR") -> None:
+    def __init__(self, message: str = "", *, error_code: str = HANDLER_ERROR) -> None:
         super().__init__(message)
         self.error_code = error_code
 

@@ -26,7 +26,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from jobgate.v1.errors import ERROR_DOMAIN, FieldViolation, Reason
 from jobgate.v1.limits import MAX_QUOTED_INPUT_BYTES, clip_utf8
 from serving.auth import AuthError
-from serving.validation import ValidationError
+from serving.violations import ValidationError
 from store.errors import StoreError
 
 log = logging.getLogger("jobgate.server")

@@ -17,9 +17,9 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from serving.context import Serving
 from serving.interceptor import ServingInterceptor
 from serving.settings import Address, ServerSettings
+from serving.shared import Serving
 
 # Room above the payload limit, so an oversized payload reaches validation
 # (INVALID_ARGUMENT naming the field) instead of failing in transport.

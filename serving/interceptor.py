@@ -25,7 +25,7 @@ from grpc_status import rpc_status
 from serving.errors import ShuttingDown, to_status
 from serving.lifecycle import Lifecycle
 from serving.metrics import Metrics
-from serving.validation import FieldViolation, ValidationError
+from serving.violations import FieldViolation, ValidationError
 
 WRAPPED_PREFIX = "/jobgate.v1."
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

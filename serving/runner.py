@@ -27,12 +27,12 @@ from prometheus_client import start_http_server
 
 from serving.audit_log import AuditLog
 from serving.auth import Authenticator, AuthFileError
-from serving.background import Recovery, StoreProbe
-from serving.context import Serving
 from serving.grpc_server import ServerStartError
 from serving.instrumented import count_store_errors
 from serving.metrics import Metrics
+from serving.recovery import Recovery, StoreProbe
 from serving.settings import Address, ServerSettings
+from serving.shared import Serving
 from store import StoreError, open_store
 from store.protocol import Store
 

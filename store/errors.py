@@ -1,7 +1,8 @@
 """The store's exceptions: one root, each with a canonical code and reason.
 
 Codes are `google.rpc.Code` values (transport-neutral); the servers map any
-`StoreError` to a gRPC status in one place via `to_status()`.
+`StoreError` to a gRPC status in one place via `to_status()`. The domain and
+the reasons are the contract's own (jobgate/v1/errors.py), not a copy.
 """
 
 from __future__ import annotations
@@ -13,10 +14,7 @@ from datetime import timedelta
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-# The contract spells the domain and reasons in jobgate/v1/errors.py, which
-# the store may not import; tests/servers/test_error_mapping.py holds this
-# copy (ERROR_DOMAIN and each class's `reason`) equal to it.
-ERROR_DOMAIN = "jobgate.dev"
+from jobgate.v1.errors import ERROR_DOMAIN, Reason
 
 
 class StoreError(Exception):
@@ -70,14 +68,14 @@ class JobNotFound(StoreError):
     """No such job for this tenant (another tenant's job looks exactly the same)."""
 
     code = code_pb2.NOT_FOUND
-    reason = "JOB_NOT_FOUND"
+    reason = Reason.JOB_NOT_FOUND
 
 
 class IdempotencyKeyReused(StoreError):
     """The key was used before by this tenant for a different request."""
 
     code = code_pb2.ALREADY_EXISTS
-    reason = "IDEMPOTENCY_KEY_REUSED"
+    reason = Reason.IDEMPOTENCY_KEY_REUSED
     item_field = ".idempotency_key"
 
 
@@ -85,21 +83,21 @@ class LeaseLost(StoreError):
     """The lease id is not the job's live lease: the caller must stop."""
 
     code = code_pb2.FAILED_PRECONDITION
-    reason = "LEASE_LOST"
+    reason = Reason.LEASE_LOST
 
 
 class JobCancelled(StoreError):
     """The job was cancelled while the caller held its lease."""
 
     code = code_pb2.FAILED_PRECONDITION
-    reason = "JOB_CANCELLED"
+    reason = Reason.JOB_CANCELLED
 
 
 class QuotaExceeded(StoreError):
     """The tenant has too many live jobs."""
 
     code = code_pb2.RESOURCE_EXHAUSTED
-    reason = "TENANT_QUOTA_EXCEEDED"
+    reason = Reason.TENANT_QUOTA_EXCEEDED
     retry_after = timedelta(seconds=5)
 
 
@@ -107,7 +105,7 @@ class QueueFull(StoreError):
     """Too many live jobs in total, or the store is out of memory."""
 
     code = code_pb2.RESOURCE_EXHAUSTED
-    reason = "QUEUE_FULL"
+    reason = Reason.QUEUE_FULL
     retry_after = timedelta(seconds=5)
 
 
@@ -115,7 +113,7 @@ class StoreUnavailable(StoreError):
     """The backing store cannot be reached or timed out."""
 
     code = code_pb2.UNAVAILABLE
-    reason = "STORE_UNAVAILABLE"
+    reason = Reason.STORE_UNAVAILABLE
     retry_after = timedelta(seconds=1)
 
 

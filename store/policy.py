@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from jobgate.v1.errors import HANDLER_ERROR
+from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
 from store import fields
 from store.codes import LuaCode
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
     ERROR_CANCELLED,
-    ERROR_HANDLER,
     ERROR_LEASE_EXPIRED,
     ERROR_QUEUE_TIMEOUT,
     ERROR_RUN_TIMEOUT,
@@ -35,9 +36,6 @@ from store.model import (
     JobStatus,
     StoreSettings,
 )
-
-# At most this many jobs per claim call (a worker asking for more gets this many).
-MAX_CLAIM = 64
 
 # error_message the store writes; "{name}" fields are filled in by both stores.
 GROUP_MESSAGE = "{failed} of {total} children did not complete"
@@ -50,7 +48,7 @@ EXHAUSTED_MESSAGE = "{error_code}: {error_message}"
 _ERROR_CODES = {
     "ATTEMPTS_EXHAUSTED": ERROR_ATTEMPTS_EXHAUSTED,
     "CANCELLED": ERROR_CANCELLED,
-    "HANDLER_ERROR": ERROR_HANDLER,
+    "HANDLER_ERROR": HANDLER_ERROR,
     "LEASE_EXPIRED": ERROR_LEASE_EXPIRED,
     "QUEUE_TIMEOUT": ERROR_QUEUE_TIMEOUT,
     "RUN_TIMEOUT": ERROR_RUN_TIMEOUT,
@@ -150,8 +148,9 @@ def retry_delay(attempts: int, settings: StoreSettings) -> timedelta:
 
 
 def claim_limit(max_jobs: int) -> int:
-    """How many jobs one claim takes: at least one, at most MAX_CLAIM."""
-    return min(max(max_jobs, 1), MAX_CLAIM)
+    """How many jobs one claim takes: at least one, at most the contract's cap
+    (a caller asking for more gets that many)."""
+    return min(max(max_jobs, 1), MAX_JOBS_PER_CLAIM)
 
 
 def claim_models(models: Sequence[str]) -> list[str]:

@@ -31,11 +31,15 @@ async def close_rigs(rigs: Sequence[Rig]) -> None:
         await rig.close()
 
 
+def attach_rig_logs(item: pytest.Item, report: pytest.TestReport) -> None:
+    """For a failed test's call, add the logs of every rig it built to its report."""
+    if report.when == "call" and report.failed:
+        for rig in item.stash.get(_RIGS, []):
+            report.sections.append(("fault rig logs", rig.logs()))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test's report gets the logs of every rig it built."""
     outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when == "call" and report.failed:
-        for rig in item.stash.get(_RIGS, []):
-            report.sections.append(("fault rig logs", rig.logs()))
+    attach_rig_logs(item, outcome.get_result())  # type: ignore[attr-defined]

@@ -24,6 +24,8 @@ PACKAGES = ("jobgate", "serving", "gateway_server", "worker_server", "store")
 LAYERS = (
     "jobgate.cli._servers",  # the one lazily imported server-command module
     "jobgate.console",  # the web console: the only user of the web stack
+    "jobgate.cli._servers",  # the lazily imported server commands
+    "jobgate.cli._events",  # the lazily imported `jobgate events` (the store, no server)
     "jobgate.v1",  # the contract: generated stubs and the hand-written limits
     "jobgate",  # what users import: client, worker daemon, CLI
     "serving",  # plumbing private to the servers
@@ -46,13 +48,14 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"jobgate", "jobgate.v1", "jobgate.console", "serving", "gateway_server"}
         | {"worker_server", "store"}
     ),
+    "jobgate.cli._events": frozenset({"jobgate", "jobgate.v1", "serving", "store"}),
     "serving": frozenset(
         {"serving", "store", "jobgate.v1", "jobgate", "prometheus_client", "grpc_health"}
         | {"grpc_reflection", "grpc", "grpc_status"}
     ),
     "gateway_server": frozenset({"gateway_server", "serving", "store", "jobgate.v1", "grpc"}),
     "worker_server": frozenset({"worker_server", "serving", "store", "jobgate.v1", "grpc"}),
-    "store": frozenset({"store", "redis"}),
+    "store": frozenset({"store", "redis", "jobgate.v1"}),
 }
 # Third parties whose use is restricted to the layers that list them above.
 THIRD_PARTY = frozenset(
@@ -61,8 +64,12 @@ THIRD_PARTY = frozenset(
 )
 # Modules of the jobgate layer that `serving` may use (shared formats, not the client).
 SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs"})
-# The server commands are reached from the CLI's entry only, inside a function.
-LAZY_ENTRY = ("jobgate.cli", "jobgate.cli._servers")
+# Modules of the contract that `store` may use: its vocabulary (limits, error
+# reasons), which load no grpc and no stubs; never the stubs themselves.
+STORE_MAY_USE_FROM_CONTRACT = frozenset({"jobgate.v1.limits", "jobgate.v1.errors"})
+# The server-side commands are reached from the CLI's entry only, inside a function.
+LAZY_ENTRY = "jobgate.cli"
+LAZY_COMMANDS = ("jobgate.cli._servers", "jobgate.cli._events")
 
 
 @dataclass(frozen=True)
@@ -136,15 +143,17 @@ def is_module(name: str) -> bool:
 def forbidden(source: str, target: str, lazy: bool = False) -> bool:
     source_layer = layer_of(source)
     assert source_layer is not None
-    if layer_of(target) == LAZY_ENTRY[1] and source_layer != LAZY_ENTRY[1]:
-        return (source, target) != LAZY_ENTRY or not lazy
-    allowed = ALLOWED[source_layer]
     target_layer = layer_of(target)
+    if target_layer in LAZY_COMMANDS and source_layer != target_layer:
+        return source != LAZY_ENTRY or not lazy
+    allowed = ALLOWED[source_layer]
     if target_layer is None:
         top = target.split(".")[0]
         return top in THIRD_PARTY and top not in allowed
     if source_layer == "serving" and target_layer == "jobgate":
         return target not in SERVING_MAY_USE_FROM_JOBGATE
+    if source_layer == "store" and target_layer == "jobgate.v1":
+        return target not in STORE_MAY_USE_FROM_CONTRACT
     return target_layer not in allowed
 
 
@@ -172,7 +181,7 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
 @pytest.mark.parametrize(
     ("source", "target"),
     [
-        ("jobgate.client._client", "serving.validation"),
+        ("jobgate.client._client", "serving.violations"),
         ("jobgate.worker._daemon", "store.model"),
         ("jobgate.cli._client", "serving.settings"),
         ("jobgate", "redis"),
@@ -181,6 +190,9 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
         ("gateway_server.job_service", "worker_server.convert"),
         ("worker_server.server", "gateway_server.server"),
         ("store.model", "jobgate.v1.job_pb2"),
+        ("store.model", "jobgate.v1"),
+        ("store.errors", "jobgate.errors"),
+        ("store.policy", "jobgate.client"),
         ("store.errors", "grpc"),
         ("gateway_server.server", "redis"),
         ("jobgate.client._client", "jobgate.cli._servers"),
@@ -188,6 +200,9 @@ def test_no_module_imports_across_a_forbidden_arrow() -> None:
         ("jobgate.client._client", "jinja2"),
         ("jobgate.console.app", "store.model"),
         ("jobgate.console.gateway", "serving.auth"),
+        ("jobgate.cli._client", "jobgate.cli._events"),
+        ("jobgate.cli._events", "gateway_server.server"),
+        ("jobgate.cli._servers", "jobgate.cli._events"),
     ],
 )
 def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: str) -> None:
@@ -198,7 +213,7 @@ def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: 
     ("source", "target"),
     [
         ("jobgate.cli._servers", "gateway_server.server"),
-        ("gateway_server.job_service", "serving.context"),
+        ("gateway_server.job_service", "serving.shared"),
         ("serving.metrics", "store.model"),
         ("serving.logs", "jobgate._logs"),
         ("store.redis.connection", "redis"),
@@ -206,15 +221,20 @@ def test_the_graph_refuses_each_arrow_the_layering_forbids(source: str, target: 
         ("jobgate.console.app", "starlette.applications"),
         ("jobgate.console.pages", "jobgate.client"),
         ("jobgate.cli._console", "jobgate.console.settings"),
+        ("store.policy", "jobgate.v1.limits"),
+        ("store.errors", "jobgate.v1.errors"),
     ],
 )
 def test_the_graph_allows_the_arrows_the_design_draws(source: str, target: str) -> None:
     assert not forbidden(source, target)
 
 
-def test_the_server_commands_are_reached_only_lazily_from_the_cli_entry() -> None:
-    assert not forbidden("jobgate.cli", "jobgate.cli._servers", lazy=True)
-    assert forbidden("jobgate.cli", "jobgate.cli._servers", lazy=False)
+@pytest.mark.parametrize("module", LAZY_COMMANDS)
+def test_the_server_side_commands_are_reached_only_lazily_from_the_cli_entry(
+    module: str,
+) -> None:
+    assert not forbidden("jobgate.cli", module, lazy=True)
+    assert forbidden("jobgate.cli", module, lazy=False)
 
 
 SERVER_SIDE = ("store", "redis", "prometheus_client", "gateway_server", "worker_server", "serving")
@@ -227,6 +247,7 @@ SERVER_SIDE = ("store", "redis", "prometheus_client", "gateway_server", "worker_
         "import jobgate.client",
         "import jobgate.worker",
         "from jobgate.cli import build_parser; build_parser(['submit', '--help'])",
+        "from jobgate.cli import build_parser; build_parser(['worker', '--help'])",
     ],
 )
 def test_the_client_side_loads_no_server_module(statement: str) -> None:
@@ -263,3 +284,35 @@ def test_the_web_stack_loads_only_when_the_console_runs(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert loaded.stdout.strip() == "[]"
+
+
+def _loaded_by(statement: str, prefixes: tuple[str, ...]) -> list[str]:
+    probe = (
+        f"import sys\n{statement}\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    loaded: list[str] = ast.literal_eval(run.stdout.strip())
+    return loaded
+
+
+CLIENT_SIDE = ("grpc", "jobgate.client", "jobgate.worker", "jobgate.errors", "jobgate.cli")
+
+
+@pytest.mark.parametrize(
+    "statement", ["import jobgate.v1.limits", "import jobgate.v1.errors", "import store"]
+)
+def test_the_contracts_vocabulary_loads_no_grpc_and_no_client(statement: str) -> None:
+    # `import jobgate` is lazy (PEP 562), so the store can share these modules.
+    assert _loaded_by(statement, CLIENT_SIDE) == []
+
+
+def test_the_events_command_loads_the_store_but_no_server() -> None:
+    statement = "from jobgate.cli import build_parser; build_parser(['events', '--help'])"
+    loaded = _loaded_by(statement, ("store", "gateway_server", "worker_server", "jobgate.cli"))
+    assert "store" in loaded
+    assert "jobgate.cli._events" in loaded
+    assert not [m for m in loaded if m.startswith(("gateway_server", "worker_server"))]
+    assert "jobgate.cli._servers" not in loaded

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from jobgate.v1 import worker_service_pb2 as pb
+from jobgate.v1.errors import HANDLER_ERROR
 from serving.convert import STATUS_FROM_PROTO, job_to_proto, timestamp
-from store.model import ERROR_HANDLER, ClaimedJob, HeartbeatResult, JobStatus, ResultReport
+from store.model import ClaimedJob, HeartbeatResult, JobStatus, ResultReport
 
 
 def claimed_job(claimed: ClaimedJob) -> pb.ClaimedJob:
@@ -41,5 +42,5 @@ def result_report(request: pb.SetResultRequest) -> ResultReport:
 def error_code(request: pb.SetResultRequest) -> str:
     """The API's default: a FAILED result without a code is HANDLER_ERROR."""
     if not request.error_code and result_status(request) is JobStatus.FAILED:
-        return ERROR_HANDLER
+        return HANDLER_ERROR
     return request.error_code

@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc.aio
 
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
-from serving.context import Serving
 from serving.grpc_server import new_server
 from serving.settings import Address
+from serving.shared import Serving
 from worker_server.worker_service import WorkerService
 
 SERVICE_NAME = worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name

@@ -18,7 +18,7 @@ from jobgate.v1.limits import (
     MAX_WAIT_SECONDS,
     MAX_WORKER_ID_BYTES,
 )
-from serving.validation import Violations
+from serving.violations import Violations
 
 _RESULT_STATUSES = (job_pb2.JOB_STATUS_COMPLETED, job_pb2.JOB_STATUS_FAILED)
 

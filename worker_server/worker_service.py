@@ -14,9 +14,9 @@ from jobgate.v1 import worker_service_pb2 as pb
 from jobgate.v1 import worker_service_pb2_grpc
 from serving import placement
 from serving.auth import WORKER_SERVICE_ROLES, Caller
-from serving.context import Serving
 from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
+from serving.shared import Serving
 from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
 from store.model import ClaimedJob, Job, JobStatus, ReportAnswer, ResultRecorded
 from worker_server import convert, validate

@@ -1,10 +1,12 @@
 """The `jobgate` console script: one parser, commands registered by their owners.
 
 Client commands (submit, get, watch, cancel, worker) live in `_client`. The
-server commands (serve, gateway, worker-server, events) live in `_servers`,
-which is imported only when one of them runs: it loads the servers, the store
-and Redis, none of which a client or a worker daemon needs. `console` lives
-in `_console`, imported only when it runs too (it leads to the web stack).
+server commands (serve, gateway, worker-server) live in `_servers`, and
+`events` (which reads the store's audit trail) in `_events`; each of those two
+is imported only when one of its commands runs: they load the store and Redis
+(`_servers` the servers too), none of which a client or a worker daemon needs.
+`console` lives in `_console`, imported only when it runs too (it leads to the
+web stack).
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 #: The commands `_servers` registers, with their one-line help.
 SERVER_COMMANDS = {
     "serve": "run JobService and WorkerService in one process (embedded store unless --redis-url)",
     "gateway": "run JobService on --listen against --redis-url",
     "worker-server": "run WorkerService on --listen against --redis-url",
-    "events": "print the audit trail of job status transitions",
 }
 CONSOLE_COMMAND = "console"
 CONSOLE_HELP = "serve the web console (jobs, queues, workers) for a JobService"
+#: The command `_events` registers, and its one-line help.
+EVENTS, EVENTS_HELP = "events", "print the audit trail of job status transitions"
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -38,8 +42,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
         _servers.add_commands(subcommands)
     else:
-        for name, description in SERVER_COMMANDS.items():
-            subcommands.add_parser(name, help=description, description=description)
+        _add_placeholders(subcommands, SERVER_COMMANDS)
+    if chosen == EVENTS:
+        from jobgate.cli import _events
+
+        _events.add_command(subcommands, EVENTS_HELP)
+    else:
+        _add_placeholders(subcommands, {EVENTS: EVENTS_HELP})
     _client.add_commands(subcommands)
     if chosen == CONSOLE_COMMAND:
         from jobgate.cli import _console
@@ -48,6 +57,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     else:
         subcommands.add_parser(CONSOLE_COMMAND, help=CONSOLE_HELP, description=CONSOLE_HELP)
     return parser
+
+
+def _add_placeholders(
+    subcommands: argparse._SubParsersAction[Any], commands: dict[str, str]
+) -> None:
+    """List commands by name and help line only; their module is not loaded."""
+    for name, description in commands.items():
+        subcommands.add_parser(name, help=description, description=description)
 
 
 def _chosen_command(argv: Sequence[str]) -> str | None:

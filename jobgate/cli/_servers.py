@@ -1,4 +1,4 @@
-"""The server commands: `jobgate serve | gateway | worker-server | events`.
+"""The server commands: `jobgate serve | gateway | worker-server`.
 
 The one module of the `jobgate` package that loads the servers, their shared
 plumbing (`serving`), the store and Redis; `jobgate.cli` imports it only when
@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from gateway_server.server import build_server as build_gateway
 from jobgate.cli import SERVER_COMMANDS
-from serving import events, logs, runner
+from serving import logs, runner
 from serving import settings as server_settings
 from serving.runner import Builder, Process, StartError
 from serving.settings import Address, ServerSettings
@@ -40,7 +40,6 @@ def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
         parser = subcommands.add_parser(name, help=description, description=description)
         server_settings.add_flags(parser)
         parser.set_defaults(run=_runner(name))
-    events.add_command(subcommands, SERVER_COMMANDS["events"])
 
 
 def builders(command: str, settings: ServerSettings) -> list[Builder]:

@@ -2,10 +2,10 @@
 
 Every error a server sends carries `google.rpc.ErrorInfo` with `domain`
 ERROR_DOMAIN and one of the `Reason`s below, and bad input carries
-`google.rpc.BadRequest` field violations. The servers send these names and
-the client reads them from here; the store, which may not import the
-contract, keeps its own copy in store/errors.py and a test holds the two
-equal (tests/servers/test_error_mapping.py).
+`google.rpc.BadRequest` field violations. The store and the servers send
+these names and the client reads them, all from here: the module loads
+nothing but the standard library (`import jobgate` is lazy), so the store may
+import it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 ERROR_DOMAIN = "jobgate.dev"
+
+#: The error_code of a failure nobody named: a handler's exception (the
+#: worker daemon), a FAILED result sent without a code (the servers).
+HANDLER_ERROR = "HANDLER_ERROR"
 
 
 class Reason(StrEnum):

@@ -1,6 +1,6 @@
 """The API contract's limits, hand-written beside the generated stubs.
 
-The proto comments state these; the servers enforce them (`serving.validation`)
+The proto comments state these; the servers enforce them (`serving.violations`)
 and the client and worker daemon keep to them (a worker cuts a stage or an
 error message to fit instead of having every call refused). One definition
 each: change a limit here and in the proto comment, nowhere else.

@@ -1,10 +1,12 @@
 """The GPU-host worker daemon: `jobgate worker --target HOST:PORT --model M --handler mod:fn`.
 
-It long-polls ClaimNext for up to `concurrency` jobs at a time, runs the
-handler for each (see jobgate.JobContext and docs/handlers.md),
-keeps every held job's lease alive with one heartbeat scheduler (all due
-jobs in one ReportAndClaim, a third of the lease apart), and reports each outcome with
-SetResult, retried until acknowledged. A handler can never kill the daemon.
+It long-polls for up to `concurrency` jobs at a time, runs the handler for
+each (see jobgate.JobContext and docs/handlers.md), keeps every held job's
+lease alive with one heartbeat scheduler (all due jobs in one call, a third
+of the lease apart), and reports each outcome, retried until acknowledged.
+How those calls travel is its transport's business (jobgate/worker/
+_transport.py: ReportAndClaim, or the classic ClaimNext, Heartbeat and
+SetResult for a server without it). A handler can never kill the daemon.
 
 Lifecycle (Faktory's quiet/terminate): SIGTERM or SIGINT stops claiming, lets
 in-flight jobs finish for `grace_period` seconds, hands back what is still
@@ -33,7 +35,7 @@ from typing import Any, TypeVar
 import grpc
 
 from jobgate.client._channel import ConnectionConfig
-from jobgate.errors import JobgateError, error_from_rpc
+from jobgate.errors import JobgateError
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
 from jobgate.worker._heartbeats import Heartbeats
@@ -41,15 +43,16 @@ from jobgate.worker._job import Handler, JobRun
 from jobgate.worker._link import Link, backoff
 from jobgate.worker._reports import Pending, Reports
 from jobgate.worker._threads import HandlerThreads
+from jobgate.worker._transport import Transport, Wire
 
 log = logging.getLogger("jobgate.worker")
 T = TypeVar("T")
 
 DEFAULT_WORKER_TARGET = "127.0.0.1:50052"
-#: The longest ClaimNext long-poll the server allows is 60 s; 30 s keeps
+#: The longest claim long-poll the server allows is 60 s; 30 s keeps
 #: idle workers cheap while noticing a dead connection reasonably soon.
 CLAIM_WAIT = 30.0
-#: An empty ClaimNext answer quicker than this was not a real long poll.
+#: An empty claim answer quicker than this was not a real long poll.
 EARLY_EMPTY_ANSWER = 0.05
 #: After an answer that filled every free slot the queue likely has more, so
 #: the next claim should come back at once: results that finish meanwhile wait
@@ -146,24 +149,23 @@ class Worker:
         #: Sync handlers run here; threads are reused from job to job.
         self.threads = HandlerThreads(name="handler")
         self._runs: dict[str, JobRun] = {}
-        #: Results ride with the next ReportAndClaim while the server has it.
-        self.fast_path = True
+        #: Results waiting to ride with a call (while the transport carries them).
         self._reports = Reports(on_submit=self._result_ready)
-        self._heartbeats = Heartbeats(
-            worker_id=config.worker_id,
-            metadata=config.connection.metadata,
-            link=self._link,
-            progress_interval=config.progress_interval,
-        )
+        self._heartbeats = Heartbeats(link=self._link, progress_interval=config.progress_interval)
+        self._wire: Wire | None = None
         self._polling = False  # the claim loop sits in a long poll
         self._backlog = False  # the last answer filled every slot it asked for
         self._claiming = True  # the claim loop runs (it takes pending results)
         self._flusher: asyncio.Task[None] | None = None
-        self._stub: worker_service_pb2_grpc.WorkerServiceAsyncStub | None = None
         self._stopping = asyncio.Event()
         self._force = asyncio.Event()
         self._wakeup = asyncio.Event()  # a handler slot freed or a result is pending
         self._exit_code = 0
+
+    @property
+    def transport(self) -> Transport | None:
+        """The transport in use (None before `run` opened the channel)."""
+        return None if self._wire is None else self._wire.transport
 
     def stop(self) -> None:
         """Begin draining (first call); skip the grace period (second call)."""
@@ -190,11 +192,18 @@ class Worker:
             connection.target,
             self.config.concurrency,
         )
-        self._heartbeats.start(stub)
+        self._wire = Wire(
+            stub,
+            worker_id=self.config.worker_id,
+            models=self.config.models,
+            metadata=connection.metadata,
+            reports=self._reports,
+        )
+        self._heartbeats.start(self._wire)
         try:
             await self._claim_loop(stub)
             self._claiming = False
-            self._flush(stub)
+            self._flush()
             await self._drain()
         finally:
             if self._flusher is not None:
@@ -205,18 +214,17 @@ class Worker:
         return self._exit_code
 
     async def _claim_loop(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
-        self._stub = stub
         failures = 0
         while not self._stopping.is_set():
             self._wakeup.clear()
             free = self._free_slots()
-            results = self._reports.take() if self.fast_path else []
+            results = self._reports.take()
             if free <= 0 and not results:
                 await self._until_stopping(self._wakeup.wait())
                 continue
             polled = time.monotonic()
             try:
-                jobs = await self._exchange(stub, results, min(free, MAX_JOBS_PER_CLAIM))
+                jobs = await self._exchange(results, min(free, MAX_JOBS_PER_CLAIM))
             except JobgateError as error:
                 if error.code in _FATAL_CODES:
                     log.error("%s: %s", _FATAL_CODES[error.code], error)
@@ -247,25 +255,20 @@ class Worker:
         return self.config.concurrency - sum(not run.handler_done for run in self._runs.values())
 
     async def _exchange(
-        self,
-        stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
-        results: list[Pending],
-        max_jobs: int,
+        self, results: list[Pending], max_jobs: int
     ) -> Sequence[worker_service_pb2.ClaimedJob] | None:
         """Report `results` and claim up to max_jobs; None when a stop cut the poll."""
-        if not self.fast_path:
-            return await self._claim(stub, max_jobs)
-        # Results ride with the long poll: the server applies them before it
-        # waits, so at a near-empty queue a job costs one call, not two (the
-        # answers come back with the next job; a stop cuts the poll and the
-        # flush sends them again, which is safe: a repeated result is APPLIED).
+        assert self._wire is not None
+        # Only a call that claims long-polls; its results were applied before
+        # the wait began (the answers come back with the next job; a stop cuts
+        # the poll and the flush sends them again).
         wait = self.config.claim_wait if max_jobs > 0 else 0.0
-        call = self._report_and_claim(stub, results, max_jobs, wait)
+        call = asyncio.ensure_future(self._wire.claim(results, max_jobs, wait))
         hold: asyncio.TimerHandle | None = None
         if wait > 0 and self._backlog:
-            hold = asyncio.get_running_loop().call_later(REPORT_HOLD, self._start_polling, stub)
+            hold = asyncio.get_running_loop().call_later(REPORT_HOLD, self._start_polling)
         elif wait > 0:
-            self._start_polling(stub)
+            self._start_polling()
         try:
             poll = await self._unless_stopping(call)
         finally:
@@ -273,119 +276,46 @@ class Worker:
                 hold.cancel()
             self._polling = False
         if poll is None:
-            self._reports.put_back(results)  # the flush sends them
+            # The flush sends them again, which is safe: a repeated result is APPLIED.
+            self._reports.put_back(results)
             return None
-        jobs = self._answered(poll, results)
+        jobs = poll.result()
         self._backlog = 0 < max_jobs <= len(jobs)
         return jobs
 
-    def _start_polling(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+    def _start_polling(self) -> None:
         """The claim call is (likely) a long poll: results that finish go on their own."""
         self._polling = True
-        self._flush(stub)
-
-    def _report_and_claim(
-        self,
-        stub: worker_service_pb2_grpc.WorkerServiceAsyncStub,
-        results: list[Pending],
-        max_jobs: int,
-        wait: float,
-    ) -> Awaitable[worker_service_pb2.ReportAndClaimResponse]:
-        request = worker_service_pb2.ReportAndClaimRequest(
-            worker_id=self.config.worker_id,
-            models=list(self.config.models),
-            max_jobs=max_jobs,
-            results=[item.request for item in results],
-        )
-        request.wait.FromNanoseconds(int(wait * 1e9))
-        return stub.ReportAndClaim(
-            request, timeout=wait + 10.0, metadata=self.config.connection.metadata
-        )
-
-    def _answered(
-        self,
-        call: asyncio.Future[worker_service_pb2.ReportAndClaimResponse],
-        results: list[Pending],
-    ) -> Sequence[worker_service_pb2.ClaimedJob]:
-        try:
-            response = call.result()
-        except grpc.RpcError as rpc_error:
-            return self._exchange_failed(error_from_rpc(rpc_error), results)
-        Reports.settle(results, list(response.results))
-        return response.jobs
-
-    def _exchange_failed(
-        self, error: JobgateError, results: list[Pending]
-    ) -> Sequence[worker_service_pb2.ClaimedJob]:
-        if error.code == grpc.StatusCode.UNIMPLEMENTED:
-            # A server without the fast path (or not a WorkerService at all:
-            # ClaimNext, tried next, tells which).
-            log.info("the worker server has no ReportAndClaim; using ClaimNext and SetResult")
-            self.fast_path = False
-            self._heartbeats.fast_path = False
-            Reports.decline(results)
-            self._reports.decline_all()
-            return []
-        if error.code == grpc.StatusCode.INVALID_ARGUMENT and results:
-            # One of the results is refused as invalid; each goes alone, where
-            # SetResult's answer says which and the attempt still ends.
-            Reports.decline(results)
-            return []
-        self._reports.put_back(results)
-        raise error
+        self._flush()
 
     def _result_ready(self) -> None:
-        if not self.fast_path:
-            self._reports.decline_all()
-            return
         self._wakeup.set()
-        if self._stub is not None and (self._polling or not self._claiming):
-            self._flush(self._stub)
+        if self._polling or not self._claiming:
+            self._flush()
 
-    def _flush(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+    def _flush(self) -> None:
         """Send pending results on their own while the claim loop cannot take them."""
-        if len(self._reports) and (self._flusher is None or self._flusher.done()):
-            self._flusher = asyncio.create_task(self._flush_loop(stub), name="report-flush")
+        if self._wire is None or not len(self._reports):
+            return
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_loop(self._wire), name="report-flush")
 
-    async def _flush_loop(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
+    async def _flush_loop(self, wire: Wire) -> None:
         failures = 0
-        while len(self._reports) and self.fast_path and (self._polling or not self._claiming):
+        while len(self._reports) and (self._polling or not self._claiming):
             results = self._reports.take()
             # Not cut short by a stop: during the drain these are the answers
             # the in-flight jobs wait for.
-            call = asyncio.ensure_future(self._report_and_claim(stub, results, 0, 0.0))
+            call = asyncio.ensure_future(wire.report(results))
             await asyncio.wait({call})
             try:
-                self._answered(call, results)
+                call.result()
             except JobgateError as error:
                 failures += 1
                 self._link.failed(error)
                 await asyncio.sleep(backoff(failures))
                 continue
             failures = 0
-
-    async def _claim(
-        self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub, max_jobs: int
-    ) -> Sequence[worker_service_pb2.ClaimedJob] | None:
-        """One ClaimNext long poll; None when a stop interrupted it before any job came."""
-        request = worker_service_pb2.ClaimNextRequest(
-            worker_id=self.config.worker_id, models=list(self.config.models), max_jobs=max_jobs
-        )
-        request.wait.FromNanoseconds(int(self.config.claim_wait * 1e9))
-        call = stub.ClaimNext(
-            request,
-            timeout=self.config.claim_wait + 10.0,
-            metadata=self.config.connection.metadata,
-        )
-        # Stopping abandons the poll. A job the server claimed in that very
-        # instant is requeued when its lease expires.
-        poll = await self._unless_stopping(call)
-        if poll is None:
-            return None
-        try:
-            return poll.result().jobs
-        except grpc.RpcError as rpc_error:
-            raise error_from_rpc(rpc_error) from rpc_error
 
     def _start(
         self,

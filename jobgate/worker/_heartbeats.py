@@ -4,7 +4,8 @@ Each held job has a next due time, a third of its lease after its last
 accepted beat, or sooner (at most once per `progress_interval`) when its
 handler reported progress. When the earliest is due, one ReportAndClaim
 (max_jobs 0) beats every job that is due or will be within half its
-interval: a beat a little early is safe, a late one is not. A server without
+interval: a beat a little early is safe, a late one is not. The daemon's
+transport sends them (jobgate/worker/_transport.py): a server without
 ReportAndClaim gets one unary Heartbeat per due job from the same loop.
 
 The loop runs on the daemon's event loop, never on a handler's thread, so a
@@ -20,28 +21,14 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-import grpc
-
-from jobgate.errors import (
-    FailedPreconditionError,
-    InvalidArgumentError,
-    JobgateError,
-    JobNotFoundError,
-    error_from_rpc,
-)
+from jobgate.errors import JobgateError
 from jobgate.v1 import worker_service_pb2 as pb
-from jobgate.v1 import worker_service_pb2_grpc
 from jobgate.v1.limits import MAX_REPORTS_PER_CALL
 from jobgate.worker._context import JobContext
 from jobgate.worker._link import Link, backoff
+from jobgate.worker._transport import Applied, Missed, Refused, Transport
 
 log = logging.getLogger("jobgate.worker")
-
-_ABANDONING = {
-    pb.REPORT_OUTCOME_LEASE_LOST: "heartbeat answered LEASE_LOST",
-    pb.REPORT_OUTCOME_JOB_NOT_FOUND: "heartbeat answered JOB_NOT_FOUND",
-    pb.REPORT_OUTCOME_JOB_CANCELLED: "cancelled by request",
-}
 
 
 class Held(Protocol):
@@ -69,30 +56,19 @@ class _Lease:
 class Heartbeats:
     """Keeps the leases of all jobs a worker holds alive, in as few calls as it can."""
 
-    def __init__(
-        self,
-        *,
-        worker_id: str,
-        metadata: tuple[tuple[str, str], ...],
-        link: Link,
-        progress_interval: float = 0.5,
-    ) -> None:
-        self._worker_id = worker_id
-        self._metadata = metadata
+    def __init__(self, *, link: Link, progress_interval: float = 0.5) -> None:
         self._link = link
         self._progress_interval = progress_interval
-        #: Beat through ReportAndClaim while the server has it.
-        self.fast_path = True
         #: By lease id: a worker may briefly hold two attempts of one job (the
         #: server re-leased it after a run timeout); each keeps its own beats.
         self._leases: dict[str, _Lease] = {}
         self._wake = asyncio.Event()
-        self._stub: worker_service_pb2_grpc.WorkerServiceAsyncStub | None = None
+        self._transport: Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, stub: worker_service_pb2_grpc.WorkerServiceAsyncStub) -> None:
-        self._stub = stub
+    def start(self, transport: Transport) -> None:
+        self._transport = transport
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._run(), name="heartbeats")
 
@@ -159,40 +135,19 @@ class Heartbeats:
                     self._failed(lease, None)
 
     async def _beat(self, batch: list[_Lease]) -> None:
+        assert self._transport is not None and self._loop is not None
         requests = [self._request(lease) for lease in batch]
-        if not self.fast_path:
-            await self._beat_each(batch, requests)
-            return
-        assert self._stub is not None and self._loop is not None
         sent = self._loop.time()
-        call = pb.ReportAndClaimRequest(worker_id=self._worker_id, heartbeats=requests)
-        try:
-            response = await self._stub.ReportAndClaim(
-                call, timeout=_timeout(batch), metadata=self._metadata
-            )
-        except grpc.RpcError as rpc_error:
-            error = error_from_rpc(rpc_error)
-            if error.code == grpc.StatusCode.UNIMPLEMENTED:
-                log.info("the worker server has no ReportAndClaim; heartbeating one by one")
-                self.fast_path = False
-            if isinstance(error, InvalidArgumentError) or not self.fast_path:
-                # Alone, each beat's own answer says which job it was.
-                await self._beat_each(batch, requests)
-                return
-            for lease in batch:
-                self._failed(lease, error)
-            return
-        answers = {answer.job_id: answer for answer in response.heartbeats}
-        for lease in batch:
-            answer = answers.get(lease.job.job_id)
+        answers = await self._transport.heartbeat(requests, [_timeout(lease) for lease in batch])
+        for lease, answer in zip(batch, answers, strict=True):
             if not self._holds(lease):
                 continue  # reported or abandoned meanwhile: this answer is moot
-            if answer is None or answer.outcome == pb.REPORT_OUTCOME_UNSPECIFIED:
-                self._failed(lease, None)  # answered short: try this one again soon
-            elif answer.outcome in _ABANDONING:
-                self._abandon(lease, _ABANDONING[answer.outcome])
+            if isinstance(answer, Refused):
+                self._abandon(lease, answer.why)
+            elif isinstance(answer, Missed):
+                self._failed(lease, answer.error)
             else:
-                self._applied(lease, sent, cancel_requested=answer.cancel_requested)
+                self._applied(lease, sent, answer)
 
     def _request(self, lease: _Lease) -> pb.HeartbeatRequest:
         assert self._loop is not None
@@ -203,35 +158,12 @@ class Heartbeats:
             job_id=lease.job.job_id, lease_id=lease.job.lease_id, progress=progress, stage=stage
         )
 
-    async def _beat_each(self, batch: list[_Lease], requests: list[pb.HeartbeatRequest]) -> None:
-        """One unary Heartbeat per job, all at once."""
-        await asyncio.gather(*map(self._beat_alone, batch, requests))
-
-    async def _beat_alone(self, lease: _Lease, request: pb.HeartbeatRequest) -> None:
-        assert self._stub is not None and self._loop is not None
-        sent = self._loop.time()
-        try:
-            response = await self._stub.Heartbeat(
-                request, timeout=_timeout([lease]), metadata=self._metadata
-            )
-        except grpc.RpcError as rpc_error:
-            error = error_from_rpc(rpc_error)
-            if not self._holds(lease):
-                return
-            if isinstance(error, FailedPreconditionError | JobNotFoundError):
-                self._abandon(lease, f"heartbeat answered {error}")
-            else:
-                self._failed(lease, error)
-            return
-        if self._holds(lease):
-            self._applied(lease, sent, cancel_requested=response.cancel_requested)
-
     def _holds(self, lease: _Lease) -> bool:
         return self._leases.get(lease.job.lease_id) is lease
 
-    def _applied(self, lease: _Lease, sent: float, *, cancel_requested: bool) -> None:
+    def _applied(self, lease: _Lease, sent: float, answer: Applied) -> None:
         self._link.ok()
-        if cancel_requested:
+        if answer.cancel_requested:
             self._abandon(lease, "cancelled by request")
             return
         lease.failures = 0
@@ -252,5 +184,6 @@ class Heartbeats:
         lease.job.abandon(why)
 
 
-def _timeout(batch: list[_Lease]) -> float:
-    return max(1.0, min(lease.interval for lease in batch))
+def _timeout(lease: _Lease) -> float:
+    """How long one beat may take: its interval, at least a second."""
+    return max(1.0, lease.interval)

@@ -27,6 +27,7 @@ from jobgate.errors import (
     error_from_rpc,
 )
 from jobgate.v1 import job_pb2, worker_service_pb2, worker_service_pb2_grpc
+from jobgate.v1.errors import HANDLER_ERROR
 from jobgate.v1.limits import MAX_ERROR_MESSAGE_BYTES, clip_utf8
 from jobgate.worker._context import JobContext
 from jobgate.worker._heartbeats import Heartbeats
@@ -97,7 +98,7 @@ def to_outcome(value: object, ctx: JobContext) -> Outcome:
         content_type = ctx.result_content_type or "application/octet-stream"
         return Outcome(job_pb2.JOB_STATUS_COMPLETED, bytes(value), content_type)
     return Outcome.failed(
-        "HANDLER_ERROR",
+        HANDLER_ERROR,
         f"handler returned {type(value).__name__}; expected bytes, str or None",
     )
 
@@ -288,11 +289,11 @@ class JobRun:
         except JobCancelledError:
             if ctx.cancelled:
                 raise asyncio.CancelledError from None
-            return Outcome.failed("HANDLER_ERROR", "JobCancelledError raised but not cancelled")
+            return Outcome.failed(HANDLER_ERROR, "JobCancelledError raised but not cancelled")
         except asyncio.CancelledError:
             raise
         except BaseException as error:  # SystemExit from a handler must not end the daemon
-            return Outcome.failed("HANDLER_ERROR", _describe(error))
+            return Outcome.failed(HANDLER_ERROR, _describe(error))
         return to_outcome(value, ctx)
 
     def abandon(self, why: str) -> None:

@@ -5,7 +5,9 @@ answer; the daemon's claim loop takes what is pending into its next call
 (the result and the next claim share one round trip), or, while the loop sits
 in a long poll or is stopping, a flush sends them on their own. A call that
 fails puts its results back, in order, to be sent again: a result repeated
-with the same lease and outcome is applied once.
+with the same lease and outcome is applied once. Once the transport falls
+back to the classic calls (jobgate/worker/_transport.py) the queue is closed:
+every result, pending or later, is declined and its job sends SetResult.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Reports:
     def __init__(self, on_submit: Callable[[], None] = lambda: None) -> None:
         self._pending: deque[Pending] = deque()
         self._on_submit = on_submit
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -43,6 +46,9 @@ class Reports:
         answer: asyncio.Future[pb.ReportOutcome.ValueType | None] = (
             asyncio.get_running_loop().create_future()
         )
+        if self._closed:
+            answer.set_result(None)  # no call carries results: the job sends its own
+            return answer
         self._pending.append(Pending(request, answer))
         self._on_submit()
         return answer
@@ -75,7 +81,8 @@ class Reports:
             if not item.answer.done():
                 item.answer.set_result(None)
 
-    def decline_all(self) -> None:
-        self.decline(self.take())
+    def close(self) -> None:
+        """No call carries results any more: decline what is pending and what comes."""
+        self._closed = True
         while self._pending:
             self.decline(self.take())

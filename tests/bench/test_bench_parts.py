@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 from collections import Counter
 from pathlib import Path
@@ -14,8 +15,10 @@ from bench.e2e import Run, TopologyFigures
 from bench.procstat import cpu_seconds, rss_and_threads
 from bench.roundtrips import Trips
 from bench.sink import Sink
+from bench.timing import BOUNDS, timing_lines, verdicts
 from bench.under_load import LoadState
 from tests.redis_server import require_redis_server
+from tests.timings import Timing
 
 
 def test_proc_figures_of_this_process_are_read() -> None:
@@ -101,3 +104,56 @@ def test_a_failed_section_is_reported_and_fails_the_run(
     assert not ok
     assert "`RuntimeError: no luck`" in lines
     assert "## broken: failed" in out.read_text()
+
+
+def _timing(check: str, seconds: float, variant: str = "", test: str = "t::a") -> Timing:
+    return Timing(check, seconds, test, variant)
+
+
+def test_a_timing_is_held_to_its_bound_or_its_variants() -> None:
+    check = "store down: call fails"
+    found = verdicts([_timing(check, 1.5, "RedisStore, stopped"), _timing(check, 1.5, "servers")])
+    assert [(v.limit, v.within) for v in found] == [(1.0, False), (2.0, True)]
+
+
+def test_a_relative_bound_is_taken_from_the_same_tests_baseline() -> None:
+    check = "tenant flood: the calm tenant's Submit p50"
+    quiet, flooded = _timing(check, 0.010, "quiet"), _timing(check, 0.0105, "flooded")
+    other_test = _timing(check, 0.001, "quiet", test="t::b")
+    found = verdicts([quiet, other_test, flooded])
+    assert [v.within for v in found] == [None, None, True]
+    assert found[2].limit == pytest.approx(0.011)
+
+
+def test_a_timing_without_a_bound_is_shown_not_judged() -> None:
+    [verdict] = verdicts([_timing("no such check", 0.1)])
+    assert verdict.within is None and "no bound" in verdict.why
+
+
+def test_the_timing_section_counts_what_is_over_and_names_what_was_not_measured() -> None:
+    check = "worker stop: an idle daemon stops"
+    lines = timing_lines(verdicts([_timing(check, 3.0)]), "1 passed", "pytest")
+    assert "| worker stop: an idle daemon stops | - | 3000.0 | 2000 | **OVER** |" in "\n".join(
+        lines
+    )
+    summary = lines[-2]
+    assert summary.startswith("0 of 1 figures within their bounds; over: " + check)
+    assert "Not measured in this run: " in summary and "store down: call fails" in summary
+
+
+def test_every_check_the_tests_record_has_a_bound() -> None:
+    # The check names are string constants at each `timings(...)` call in tests/.
+    names: set[str] = set()
+    for path in (Path(__file__).resolve().parents[1]).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "timings"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names.add(node.args[0].value)
+    assert names and names <= set(BOUNDS), sorted(names - set(BOUNDS))
+    assert set(BOUNDS) <= names, sorted(set(BOUNDS) - names)

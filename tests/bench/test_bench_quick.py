@@ -183,3 +183,11 @@ def test_floors_measure_the_grpc_echo_and_redis_py_calls(report: str) -> None:
 
 def test_run_line_names_the_command_and_wall_time(report: str) -> None:
     assert re.search(r"Command: `python -m bench.run --quick .*`.*wall time \d+ s", report)
+
+
+def test_timing_has_a_judged_row_per_figure_of_the_quick_tests(report: str) -> None:
+    section = report.split("## 11. Timing bounds", 1)[1].split("## Run", 1)[0]
+    row = _row(section, "worker stop: an idle daemon stops", "-")
+    assert re.search(r"\| [\d.]+ \| 2000 \| (within|\*\*OVER\*\*) \|", row), row
+    assert re.search(r"\d+ of \d+ figures within their bounds", section)
+    assert "The tests, run as `python -m pytest -q -m timing tests/worker/" in section

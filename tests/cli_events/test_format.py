@@ -6,7 +6,7 @@ import dataclasses
 import json
 from datetime import UTC, datetime
 
-from serving.events import format_human, format_json
+from jobgate.cli._events import format_human, format_json
 from store.model import JobEvent, JobStatus, Priority
 
 CLAIM = JobEvent(

@@ -16,6 +16,7 @@ from jobgate import (
     UnavailableError,
 )
 from tests.client.fake_job_service import UNAVAILABLE, Fail, FakeJobService, Hang
+from tests.timings import Timings
 
 Fake = tuple[FakeJobService, str]
 
@@ -115,7 +116,7 @@ async def test_gives_up_after_max_attempts_with_the_last_error(fake: Fake) -> No
 
 
 async def test_a_retry_that_would_end_past_the_deadline_is_not_attempted(
-    fake: Fake, client: JobClient
+    fake: Fake, client: JobClient, timings: Timings
 ) -> None:
     service, _ = fake
     quota = Fail(code_pb2.RESOURCE_EXHAUSTED, "TENANT_QUOTA_EXCEEDED", retry_delay=5.0)
@@ -125,11 +126,12 @@ async def test_a_retry_that_would_end_past_the_deadline_is_not_attempted(
     with pytest.raises(QuotaExceededError):
         await client.submit("m", b"x", timeout=1.0)
 
-    assert time.monotonic() - started < 2.0  # far below the 5 s the server asked for
     assert len(service.calls("Submit")) == 1
+    # Given up at once, far below the 5 s the server asked for (the bench's bound).
+    timings("client: a retry past the deadline gives up", time.monotonic() - started)
 
 
-async def test_the_deadline_covers_all_attempts_together(fake: Fake) -> None:
+async def test_the_deadline_covers_all_attempts_together(fake: Fake, timings: Timings) -> None:
     service, target = fake
     service.script("Get", UNAVAILABLE, Hang())
     # A back-off of 0.2-0.4 s: long enough to see in the deadline the server is given.
@@ -141,8 +143,11 @@ async def test_the_deadline_covers_all_attempts_together(fake: Fake) -> None:
             await client.get("01JOB", timeout=1.5)
     elapsed = time.monotonic() - started
 
-    # The hanging second attempt was cut at the call's deadline, not given 1.5 s of its own.
-    assert 1.4 <= elapsed < 2.5
+    # The hanging second attempt was cut at the call's deadline, not given 1.5 s
+    # of its own: the deadline told the server so (below); how soon the call
+    # ended after the deadline is the bench's bound.
+    assert elapsed >= 1.4
+    timings("client: a call ends past its deadline", elapsed - 1.5, "two attempts, one hung")
     first, second = service.calls("Get")
     assert first.time_remaining is not None and second.time_remaining is not None
     assert second.time_remaining < first.time_remaining - 0.15

@@ -51,6 +51,7 @@ from tests.store.scenarios import (
     assert_a_waiting_claim_is_woken,
     assert_a_watch_sees_every_transition,
 )
+from tests.timings import Timings
 
 pytestmark = pytest.mark.redis
 
@@ -209,7 +210,7 @@ async def test_a_store_subscribes_sharded_to_the_channels_it_hears(
 
 @pytest.mark.parametrize("hear_changes", [True, False], ids=["all", "ready only"])
 async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
-    shared_cluster: ClusterDeployment, hear_changes: bool
+    shared_cluster: ClusterDeployment, hear_changes: bool, timings: Timings
 ) -> None:
     partition = uuid.uuid4().hex[:10]
     waiter = open_store(
@@ -219,7 +220,9 @@ async def test_a_waiting_claim_is_woken_by_a_submit_on_another_store(
     await waiter.open()
     await submitter.open()
     try:
-        await assert_a_waiting_claim_is_woken(waiter, lambda: submit(submitter))
+        await assert_a_waiting_claim_is_woken(
+            waiter, lambda: submit(submitter), timings, "Cluster, another store"
+        )
     finally:
         await waiter.close()
         await submitter.close()
@@ -340,7 +343,7 @@ async def test_a_partitioned_store_subscribes_once_on_each_master_serving_a_part
 
 
 async def test_a_claim_waiting_on_a_partition_of_another_master_is_woken_by_its_submit(
-    shared_cluster: ClusterDeployment,
+    shared_cluster: ClusterDeployment, timings: Timings
 ) -> None:
     # The claim listens on every partition; the submit lands in one whose slot is
     # on another master than partition 0's (the old single subscription's node).
@@ -358,14 +361,16 @@ async def test_a_claim_waiting_on_a_partition_of_another_master_is_woken_by_its_
             for part in submitter.engine.parts
             if shared_cluster.owner(shared_cluster.slot_of(part.keys.notify)) is not first
         )
-        await assert_a_waiting_claim_is_woken(waiter, lambda: submit(target))
+        await assert_a_waiting_claim_is_woken(
+            waiter, lambda: submit(target), timings, "Cluster, another master's partition"
+        )
     finally:
         await waiter.close()
         await submitter.close()
 
 
 async def test_a_migrated_partition_slot_is_subscribed_again_on_its_new_master(
-    own_cluster: ClusterDeployment,
+    own_cluster: ClusterDeployment, timings: Timings
 ) -> None:
     cluster = own_cluster
     owner, target = cluster.primaries()[0], cluster.primaries()[1]
@@ -395,7 +400,8 @@ async def test_a_migrated_partition_slot_is_subscribed_again_on_its_new_master(
         other = (await store.submit(request)).job
         [claimed] = await asyncio.wait_for(claim, 10)
         assert claimed.job.id == other.id
-        assert time.monotonic() - woken_at < 2.0
+        woken = time.monotonic() - woken_at
+        timings("wake-up: a waiting claim answers a new job", woken, "Cluster, slot migrated")
     finally:
         await store.close()
 
@@ -442,7 +448,7 @@ def test_a_cross_slot_call_is_a_bug_not_unavailability() -> None:
 
 
 async def test_a_failover_of_the_partition_master_is_followed(
-    replicated_cluster: ClusterDeployment,
+    replicated_cluster: ClusterDeployment, timings: Timings
 ) -> None:
     cluster = replicated_cluster
     owner = cluster.primaries()[0]
@@ -460,7 +466,8 @@ async def test_a_failover_of_the_partition_master_is_followed(
         started = time.monotonic()
         with pytest.raises(StoreUnavailable):
             await submit(store)
-        assert time.monotonic() - started < 2.5, "a dead master must be UNAVAILABLE quickly"
+        failed = time.monotonic() - started
+        timings("store down: call fails", failed, "Cluster partition master killed")
 
         async def served() -> bool:
             try:
@@ -489,13 +496,14 @@ async def test_a_failover_of_the_partition_master_is_followed(
         other = (await store.submit(request)).job
         [claimed] = await asyncio.wait_for(claim, 10)
         assert claimed.job.id == other.id
-        assert time.monotonic() - woken_at < 2.0
+        woken = time.monotonic() - woken_at
+        timings("wake-up: a waiting claim answers a new job", woken, "Cluster, after a failover")
     finally:
         await store.close()
 
 
 async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_serves(
-    replicated_cluster: ClusterDeployment,
+    replicated_cluster: ClusterDeployment, timings: Timings
 ) -> None:
     # The dead master is not partition 0's: its subscription is one of several,
     # and while it is down the claim (listening on every partition) may miss a
@@ -518,7 +526,8 @@ async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_s
         cluster.kill(victim)
         with pytest.raises(StoreUnavailable):
             await asyncio.wait_for(claim, 10)
-        assert time.monotonic() - started < 2.5, "a lost subscription fails waiters quickly"
+        failed = time.monotonic() - started
+        timings("store down: call fails", failed, "Cluster, a waiting claim's master killed")
 
         async def notifications_back() -> bool:
             return store.engine.connection.notifier._error is None
@@ -530,7 +539,8 @@ async def test_a_partition_master_dying_fails_waiting_claims_until_its_replica_s
         job = await submit(victim_part)
         [claimed] = await asyncio.wait_for(claim, 10)
         assert claimed.job.id == job.id
-        assert time.monotonic() - woken_at < 2.0, "woken through the replica's subscription"
+        woken = time.monotonic() - woken_at
+        timings("wake-up: a waiting claim answers a new job", woken, "Cluster, via the replica")
     finally:
         await store.close()
 

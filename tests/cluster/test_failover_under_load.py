@@ -20,6 +20,7 @@ from tests.cluster.conftest import ClusterRigFactory, scaled
 from tests.cluster.rig import ClusterRig
 from tests.cluster_servers import ClusterDeployment
 from tests.faults.rig import Load, assert_clean, figures_of, payload, until
+from tests.timings import Timings
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -48,7 +49,7 @@ async def fail_over(rig: ClusterRig) -> tuple[float, float]:
 
 
 async def test_partition_master_killed_under_load_loses_nothing_and_runs_nothing_twice(
-    replicated_cluster: ClusterDeployment, make_cluster_rig: ClusterRigFactory
+    timings: Timings, replicated_cluster: ClusterDeployment, make_cluster_rig: ClusterRigFactory
 ) -> None:
     rig = make_cluster_rig(replicated_cluster)
     for _ in range(2):
@@ -80,4 +81,5 @@ async def test_partition_master_killed_under_load_loses_nothing_and_runs_nothing
     assert_clean(ledger)
     assert figure.lost == 0
     assert set(rig.failed_calls(started)) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
-    assert max(serving_again) < RECOVERY_BOUND
+    # Each Submit came back (fail_over waits, RECOVERY_BOUND at most); how soon is the bench's.
+    timings("failover: Submit serving again", max(serving_again), "Redis Cluster master kill -9")

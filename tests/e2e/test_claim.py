@@ -11,9 +11,12 @@ from jobgate.v1 import worker_service_pb2
 from tests.e2e.api import INTERACTIVE, PROCESSING, QUEUED, Api, duration, failure_of
 from tests.e2e.conftest import ApiFactory
 from tests.e2e.test_cancel import UNKNOWN_ID
+from tests.timings import Timings
 
 
-async def test_waiting_claim_gets_a_newly_submitted_job_at_once(api: Api, model: str) -> None:
+async def test_waiting_claim_gets_a_newly_submitted_job(
+    api: Api, model: str, timings: Timings
+) -> None:
     waiting = asyncio.create_task(api.claim([model], wait=20.0))
     # The claim must really be waiting (not answered early) before the submit.
     done, _ = await asyncio.wait({waiting}, timeout=0.3)
@@ -21,29 +24,31 @@ async def test_waiting_claim_gets_a_newly_submitted_job_at_once(api: Api, model:
 
     job = await api.submit(model, b"hello")
     submitted = time.monotonic()
-    claimed = await asyncio.wait_for(waiting, timeout=5.0)
-    latency = time.monotonic() - submitted
+    claimed = await waiting
+    timings("wake-up: a waiting claim answers a new job", time.monotonic() - submitted, "e2e")
 
     assert [c.job.id for c in claimed] == [job.id]
     assert claimed[0].payload == b"hello"
-    assert latency < 1.0, f"waiting claim took {latency:.3f}s after submit"
 
 
-async def test_claim_answers_empty_when_the_wait_passes(api: Api, model: str) -> None:
+async def test_claim_answers_empty_when_the_wait_passes(
+    api: Api, model: str, timings: Timings
+) -> None:
     started = time.monotonic()
     claimed = await api.claim([model], wait=0.5)
     elapsed = time.monotonic() - started
 
     assert claimed == []
-    assert 0.45 <= elapsed < 3.0, f"wait=0.5s answered after {elapsed:.3f}s"
+    assert elapsed >= 0.45, f"wait=0.5s answered after {elapsed:.3f}s"
+    timings("long poll: an empty answer past its wait", elapsed - 0.5, "e2e ClaimNext")
 
 
-async def test_claim_without_wait_answers_at_once(api: Api, model: str) -> None:
+async def test_claim_without_wait_answers_empty(api: Api, model: str, timings: Timings) -> None:
     started = time.monotonic()
     claimed = await api.claim([model], wait=0.0)
 
     assert claimed == []
-    assert time.monotonic() - started < 1.0
+    timings("long poll: wait 0 answers", time.monotonic() - started, "e2e ClaimNext")
 
 
 async def test_max_jobs_returns_a_batch_in_claim_order(api: Api, model: str) -> None:
@@ -149,17 +154,19 @@ async def test_a_finished_job_has_ordered_timestamps_and_its_result(api: Api, mo
     assert done.update_time.ToNanoseconds() >= done.end_time.ToNanoseconds()
 
 
-async def assert_next_claim_gets_a_fresh_job(api: Api, model: str) -> None:
+async def assert_next_claim_gets_a_fresh_job(api: Api, model: str, timings: Timings) -> None:
     job = await api.submit(model)
     submitted = time.monotonic()
     claimed = await api.claim_one(model, wait=5.0)
 
     assert claimed.job.id == job.id
     assert claimed.job.attempts == 1, "an abandoned long poll took the job first"
-    assert time.monotonic() - submitted < 1.0
+    timings("wake-up: the claim after an abandoned poll", time.monotonic() - submitted)
 
 
-async def test_an_abandoned_long_poll_swallows_no_job(api: Api, model: str) -> None:
+async def test_an_abandoned_long_poll_swallows_no_job(
+    api: Api, model: str, timings: Timings
+) -> None:
     abandoned = asyncio.create_task(api.claim([model], wait=20.0))
     done, _ = await asyncio.wait({abandoned}, timeout=0.3)
     assert not done
@@ -167,10 +174,12 @@ async def test_an_abandoned_long_poll_swallows_no_job(api: Api, model: str) -> N
     abandoned.cancel()
     await asyncio.gather(abandoned, return_exceptions=True)
 
-    await assert_next_claim_gets_a_fresh_job(api, model)
+    await assert_next_claim_gets_a_fresh_job(api, model, timings)
 
 
-async def test_a_long_poll_past_its_callers_deadline_swallows_no_job(api: Api, model: str) -> None:
+async def test_a_long_poll_past_its_callers_deadline_swallows_no_job(
+    api: Api, model: str, timings: Timings
+) -> None:
     request = worker_service_pb2.ClaimNextRequest(
         worker_id=api.worker_id, models=[model], wait=duration(20.0)
     )
@@ -181,4 +190,4 @@ async def test_a_long_poll_past_its_callers_deadline_swallows_no_job(api: Api, m
     else:
         assert list(answer.jobs) == []
 
-    await assert_next_claim_gets_a_fresh_job(api, model)
+    await assert_next_claim_gets_a_fresh_job(api, model, timings)

@@ -14,11 +14,10 @@ from jobgate.v1 import worker_service_pb2
 from tests.e2e.api import COMPLETED, FAILED, PROCESSING, QUEUED, Api, failure_of
 from tests.e2e.conftest import ApiFactory
 from tests.helpers import assert_eventually
+from tests.timings import Timings
 
 EXPIRY_WAIT = 10.0
 LEASE_TIMEOUT = 2.0
-# "About one second" of recovery delay, plus room for a busy 2-core CI machine.
-RECOVERY_SLACK = 2.0
 # A healthy worker's heartbeat period in these tests.
 HEARTBEAT_INTERVAL = 0.1
 # How far past a deadline the server's recovery is given to act on it.
@@ -85,7 +84,7 @@ async def test_expired_lease_requeues_the_job_at_its_original_place(api: Api, mo
 
 
 async def test_an_expired_lease_is_recovered_after_the_lease_timeout_not_before(
-    api: Api, model: str
+    api: Api, model: str, timings: Timings
 ) -> None:
     job = await api.submit(model)
     before_claim = time.monotonic()
@@ -95,11 +94,11 @@ async def test_an_expired_lease_is_recovered_after_the_lease_timeout_not_before(
     await wait_for_status(api, job.id, QUEUED)
     requeued_at = time.monotonic()
 
-    # DESIGN: --lease-timeout 2 here; recovery acts within about a second of the expiry.
+    # DESIGN: --lease-timeout 2 here. Not before the lease (a load can only make
+    # it later); how soon after, "about a second", is the bench's bound.
     assert requeued_at - before_claim >= LEASE_TIMEOUT - 0.05, "the lease expired early"
-    assert requeued_at - after_claim <= LEASE_TIMEOUT + RECOVERY_SLACK, (
-        f"requeued {requeued_at - after_claim:.2f}s after the claim"
-    )
+    late = requeued_at - after_claim - LEASE_TIMEOUT
+    timings("lease recovery: requeued past the lease", late, "e2e, idle")
 
 
 async def test_heartbeat_with_a_stale_lease_is_lease_lost_and_changes_nothing(

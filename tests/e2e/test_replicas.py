@@ -27,10 +27,11 @@ from tests.e2e.api import (
 )
 from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
 from tests.e2e.measure import dispatch_latency
-from tests.e2e.test_dispatch_latency import P50_BOUND, P99_BOUND, RESULTS
+from tests.e2e.test_dispatch_latency import RESULTS, record
 from tests.e2e.test_stream import assert_closed_ok, next_job
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
+from tests.timings import Timings
 
 pytestmark = pytest.mark.redis
 
@@ -129,7 +130,7 @@ async def test_cancel_on_one_gateway_reaches_the_worker_of_the_other(
 
 
 async def test_waiting_claim_on_one_worker_server_is_woken_by_a_submit_on_the_other_gateway(
-    sides: tuple[Api, Api], model: str
+    sides: tuple[Api, Api], model: str, timings: Timings
 ) -> None:
     a, b = sides
     waiting = asyncio.create_task(b.claim([model], wait=20.0))
@@ -138,11 +139,11 @@ async def test_waiting_claim_on_one_worker_server_is_woken_by_a_submit_on_the_ot
 
     job = await a.submit(model)
     submitted = time.monotonic()
-    claimed = await asyncio.wait_for(waiting, timeout=5.0)
+    claimed = await waiting
     latency = time.monotonic() - submitted
+    timings("wake-up: a waiting claim answers a new job", latency, "across replicas")
 
     assert [c.job.id for c in claimed] == [job.id]
-    assert latency < 1.0, f"cross-replica wake-up took {latency:.3f}s"
 
 
 async def test_concurrent_claimers_on_both_worker_servers_get_each_job_exactly_once(
@@ -202,7 +203,10 @@ async def test_recovery_on_two_worker_servers_requeues_each_lapsed_job_once(
 
 
 async def test_cross_replica_dispatch_latency(
-    sides: tuple[Api, Api], model: str, record_property: Callable[[str, object], None]
+    sides: tuple[Api, Api],
+    model: str,
+    record_property: Callable[[str, object], None],
+    timings: Timings,
 ) -> None:
     a, b = sides
 
@@ -210,7 +214,8 @@ async def test_cross_replica_dispatch_latency(
 
     RESULTS["redis, submit on gateway A, claim on worker-server B"] = str(latency)
     record_property("dispatch_latency_cross_replica", str(latency))
-    assert latency.p50 < P50_BOUND and latency.p99 < P99_BOUND, str(latency)
+    record(timings, latency, "redis, submit on gateway A, claim on worker-server B")
+    # (dispatch_latency asserts, per sample, that the parked claim got the new job.)
 
 
 async def test_concurrent_submits_with_one_key_on_both_gateways_make_one_job(

@@ -1,4 +1,14 @@
-"""Fault-suite fixtures: the scale (short or `--soak`), the rig, and the figures.
+"""Fault-suite fixtures: the scale (short or `--soak`), the rig, the figures, and
+deployments of a test's own.
+
+Two kinds of fault test share this directory. Scenarios (`mark.scenario`)
+drive a rig (tests/faults/rig.py: servers, worker daemons, a recording client,
+a steady load) through faults and account for every job in a ledger.
+Single-fault tests use a deployment of their own (`on_own_redis`,
+`on_shared_redis`, `embedded_alone`, from tests/e2e/harness.py) that they
+stop, restart or cut off, and call the API directly (`own_api`,
+`shared_api`, `embedded_api`). A failed test's report carries the logs of
+every rig and deployment it used.
 
 Short mode (the default, run by `make check`) keeps job counts small so the
 whole directory stays within a few minutes on a 2-core machine. `--soak`
@@ -12,17 +22,26 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from tests.e2e.api import Api, fresh_name, tenant_metadata
+from tests.e2e.harness import (
+    FAST_SETTINGS,
+    Deployment,
+    attach_server_logs,
+    embedded_deployment,
+    redis_deployment,
+)
 from tests.faults.rig import FAULT_SETTINGS, Figures, Rig
 from tests.redis_server import RedisServer
-from tests.rig_fixtures import close_rigs, tracked_rigs
-from tests.rig_fixtures import pytest_runtest_makereport as pytest_runtest_makereport
+from tests.rig_fixtures import attach_rig_logs, close_rigs, tracked_rigs
 
 SHORT_TIMEOUT = 120
 SOAK_TIMEOUT = 3600
@@ -121,6 +140,75 @@ async def make_rig(
 
     yield make
     await close_rigs(rigs)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report gets the logs of every rig and deployment it used."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    attach_rig_logs(item, report)
+    attach_server_logs(item, report)
+
+
+@pytest.fixture
+def on_own_redis(own_redis: RedisServer, tmp_path: Path) -> Iterator[Deployment]:
+    """Gateway + worker-server on this test's own redis-server (AOF on), which it may stop."""
+    deployment = redis_deployment(
+        tmp_path / "servers", own_redis.url, "fault", FAST_SETTINGS
+    ).start()
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture
+def on_shared_redis(redis_server: RedisServer, tmp_path: Path) -> Iterator[Deployment]:
+    """Gateway + worker-server of this test's own on the session Redis (fresh partition)."""
+    partition = f"f{uuid.uuid4().hex[:10]}"
+    deployment = redis_deployment(
+        tmp_path / "servers", redis_server.url, partition, FAST_SETTINGS
+    ).start()
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture
+def embedded_alone(tmp_path: Path) -> Iterator[Deployment]:
+    """`jobgate serve` of this test's own, to signal."""
+    deployment = embedded_deployment(tmp_path / "serve", FAST_SETTINGS).start()
+    yield deployment
+    deployment.stop()
+
+
+async def open_api(deployment: Deployment) -> tuple[Api, list[grpc.aio.Channel]]:
+    job_channel = grpc.aio.insecure_channel(deployment.job_target)
+    worker_channel = grpc.aio.insecure_channel(deployment.worker_target)
+    api = Api(job_channel, worker_channel, tenant_metadata(fresh_name("t")))
+    return api, [job_channel, worker_channel]
+
+
+@pytest.fixture
+async def own_api(on_own_redis: Deployment) -> AsyncIterator[Api]:
+    api, channels = await open_api(on_own_redis)
+    yield api
+    for channel in channels:
+        await channel.close(None)
+
+
+@pytest.fixture
+async def shared_api(on_shared_redis: Deployment) -> AsyncIterator[Api]:
+    api, channels = await open_api(on_shared_redis)
+    yield api
+    for channel in channels:
+        await channel.close(None)
+
+
+@pytest.fixture
+async def embedded_api(embedded_alone: Deployment) -> AsyncIterator[Api]:
+    api, channels = await open_api(embedded_alone)
+    yield api
+    for channel in channels:
+        await channel.close(None)
 
 
 @pytest.fixture

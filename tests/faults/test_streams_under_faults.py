@@ -1,5 +1,6 @@
 """Open streams and long polls while jobs flow and workers die: every StreamStatus
-ends only at its job's terminal snapshot, and lease recovery keeps its pace."""
+ends only at its job's terminal snapshot, and nothing is lost (how soon leases are
+recovered is handed to `timings`: the bench holds it to its bound)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.e2e.api import duration
 from tests.faults.conftest import RigFactory, Scale
 from tests.faults.ledger import TERMINAL, Call, percentile, recovery_times
 from tests.faults.rig import Figures, Rig, assert_clean, figures_of, payload, status_name
+from tests.timings import Timings
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -57,7 +59,7 @@ async def long_poll(
 
 
 async def test_open_streams_and_long_polls_while_workers_die(
-    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None]
+    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None], timings: Timings
 ) -> None:
     rig = make_rig()
     streams, polls, kills = scale(200, 2000), scale(20, 200), scale(5, 40)
@@ -100,8 +102,8 @@ async def test_open_streams_and_long_polls_while_workers_die(
     assert_clean(ledger)
     bad = [(job_id, s) for job_id, s in zip(ids, seen, strict=True) if not _ends_at_terminal(s)]
     assert bad == [], bad[:5]
-    recovery = percentile(recovery_times(ledger), 0.99)
-    assert recovery <= LEASE + 2.0, f"recovery p99 {recovery:.2f}s > lease + 2 s"
+    late = percentile(recovery_times(ledger), 0.99) - LEASE
+    timings("worker SIGKILL: recovery p99 past the lease", late, "streams and long polls open")
     figures(
         figures_of(
             "open streams and long polls, workers SIGKILLed",

@@ -1,5 +1,10 @@
 """Tenancy under attack: tenant B probing tenant A's ids on every JobService RPC, and
-one tenant flooding at many times its quota while another's latency holds."""
+one tenant flooding at many times its quota while another submits calmly.
+
+The flood is refused and nothing of either tenant is lost (asserted). The
+calm tenant's Submit p50 with and without the flood is measured and handed to
+`timings`; the bench holds it within 10 % (bench/timing.py), since on a
+loaded machine the scheduler moves a p50 by more than admission does."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from tests.e2e.harness import REPO_ROOT, server_environment
 from tests.faults.conftest import RigFactory, Scale
 from tests.faults.ledger import Call
 from tests.faults.rig import Figures, Load, Rig, assert_clean, figures_of, payload
+from tests.timings import Timings
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -25,9 +31,6 @@ OWNER, PROBER = "acme", "eve"
 QUOTA = 20
 #: Submits per second the flooding tenant offers: its whole quota, five times a second.
 FLOOD_RATE = 5 * QUOTA
-#: Below half a millisecond, a p50 difference on a shared 2-core machine is the
-#: scheduler's, not admission's: the 10% bound gets this much absolute slack.
-SCHEDULER_NOISE = 0.0005
 
 
 def never_existed(job_id: str) -> str:
@@ -135,8 +138,8 @@ def split_by_windows(
     return inside, outside
 
 
-async def test_one_tenant_flooding_leaves_another_tenants_latency_within_ten_percent(
-    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None]
+async def test_one_tenant_flooding_is_refused_and_loses_nothing_of_another_tenants(
+    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None], timings: Timings
 ) -> None:
     rig = make_rig(gateways=2, settings={"max-live-per-tenant": str(QUOTA)})
     for _ in range(2):
@@ -165,8 +168,8 @@ async def test_one_tenant_flooding_leaves_another_tenants_latency_within_ten_per
 
     assert counts["refused"] > 10 * counts["accepted"], counts
     assert_clean(ledger)
-    bound = max(baseline * 1.10, baseline + SCHEDULER_NOISE)
-    assert flooded <= bound, f"p50 {flooded * 1e3:.2f} ms vs {baseline * 1e3:.2f} ms"
+    timings("tenant flood: the calm tenant's Submit p50", baseline, "quiet")
+    timings("tenant flood: the calm tenant's Submit p50", flooded, "flooded")
     figures(
         figures_of(
             "one tenant flooding at many times its quota",

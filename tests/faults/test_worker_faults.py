@@ -22,6 +22,7 @@ from tests.faults.rig import (
     submit_many,
     until,
 )
+from tests.timings import Timings
 
 pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
@@ -43,7 +44,7 @@ async def supervise(rig: Rig, workers: int, stop: asyncio.Event, concurrency: in
 
 
 async def test_worker_sigkill_mid_job_repeatedly(
-    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None]
+    make_rig: RigFactory, scale: Scale, figures: Callable[[Figures], None], timings: Timings
 ) -> None:
     rig = make_rig()
     kills = scale(6, 80)
@@ -63,8 +64,8 @@ async def test_worker_sigkill_mid_job_repeatedly(
     await keeper
 
     assert_clean(ledger)
-    recovery = percentile(recovery_times(ledger), 0.99)
-    assert recovery <= LEASE + 2.0, f"recovery p99 {recovery:.2f}s > lease + 2 s"
+    late = percentile(recovery_times(ledger), 0.99) - LEASE
+    timings("worker SIGKILL: recovery p99 past the lease", late, "steady load")
     figures(figures_of("worker SIGKILL mid-job, repeatedly", ledger, done))
 
 

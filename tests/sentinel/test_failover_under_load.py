@@ -4,7 +4,8 @@ Measures (printed, and recorded in docs/sentinel.md) how long Submit answers
 UNAVAILABLE and how many acknowledged jobs the failover lost, for Redis's
 default settings and for `min-replicas-to-write 1` on the primary. Asserts
 only what is guaranteed: every failed call is UNAVAILABLE, serving resumes
-within RECOVERY_BOUND, and the worker side claims again. Acknowledged jobs
+(within RECOVERY_BOUND at the latest, a safety deadline; how soon is handed to
+`timings` for the bench's bound), and the worker side claims again. Acknowledged jobs
 can be lost in both cases (asynchronous replication; min-replicas-to-write
 bounds the lag, it does not wait for the replica), so their count is measured,
 not asserted.
@@ -24,6 +25,7 @@ import pytest
 from tests.e2e.api import Api, fresh_name, tenant_metadata
 from tests.e2e.harness import FAST_SETTINGS, Deployment, redis_deployment
 from tests.sentinel_servers import SentinelDeployment
+from tests.timings import Timings
 
 pytestmark = pytest.mark.redis
 
@@ -85,7 +87,7 @@ def failover_deployment(
 
 
 async def test_primary_killed_under_load_serving_resumes_and_losses_are_counted(
-    failover_deployment: tuple[str, SentinelDeployment, Deployment],
+    failover_deployment: tuple[str, SentinelDeployment, Deployment], timings: Timings
 ) -> None:
     name, sentinels, servers = failover_deployment
     job_channel = grpc.aio.insecure_channel(servers.job_target)
@@ -116,8 +118,8 @@ async def test_primary_killed_under_load_serving_resumes_and_losses_are_counted(
         assert sentinels.replica is not None
         assert sentinels.current_primary_port() == sentinels.replica.port
         assert load.codes <= {grpc.StatusCode.UNAVAILABLE}, load.codes
-        assert downtime < RECOVERY_BOUND
         assert len(claimed) == 1
+        timings("failover: Submit serving again", downtime, f"Sentinel primary kill -9, {name}")
     finally:
         load.done.set()
         await job_channel.close(None)

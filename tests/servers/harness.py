@@ -27,10 +27,10 @@ from jobgate.v1 import (
     worker_service_pb2_grpc,
 )
 from serving.auth import Authenticator
-from serving.context import Serving
 from serving.instrumented import count_store_errors
 from serving.metrics import Metrics, sample
 from serving.settings import Address, ServerSettings
+from serving.shared import Serving
 from store.memory import LocalStore
 from store.protocol import Store
 from worker_server.server import build_server as build_worker

@@ -12,8 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from jobgate.v1 import job_pb2, job_service_pb2
-from serving.background import Recovery, StoreProbe
 from serving.metrics import Metrics, sample
+from serving.recovery import Recovery, StoreProbe
 from serving.settings import ServerSettings
 from store.errors import StoreUnavailable
 from store.memory import LocalStore

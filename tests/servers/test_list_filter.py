@@ -17,7 +17,7 @@ from jobgate.v1.limits import (
     MODEL_PATTERN,
 )
 from serving.auth import TENANT_PATTERN
-from serving.validation import ValidationError
+from serving.violations import ValidationError
 from store.model import FilterTerm, FilterValue, JobFilter, JobKind, JobStatus, Priority
 
 ADMIN = {"may_filter_tenant": True}

@@ -10,7 +10,7 @@ import pytest
 from gateway_server.listing import ListQuery, list_query, list_response, listed_job
 from jobgate.v1 import job_service_pb2
 from serving.auth import Caller, Role
-from serving.validation import ValidationError
+from serving.violations import ValidationError
 from store.model import (
     ChildSummary,
     FilterTerm,

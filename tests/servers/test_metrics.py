@@ -11,7 +11,7 @@ import grpc
 
 from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc, worker_service_pb2
-from serving.background import Recovery
+from serving.recovery import Recovery
 from serving.settings import Address, ServerSettings
 from tests.helpers import assert_eventually
 from tests.servers.conftest import MakeHarness

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway_server.list_filter import parse_filter
 from gateway_server.page_token import decode_page_token, encode_page_token
-from serving.validation import ValidationError
+from serving.violations import ValidationError
 from store.model import JobFilter, ListCursor
 
 CURSOR = ListCursor(

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2
-from serving.background import StoreProbe
+from serving.recovery import StoreProbe
 from serving.runner import open_configured_store
 from serving.settings import Address, ServerSettings
 from store import StoreSettings, open_store
@@ -22,6 +22,7 @@ from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, fails, next_job, rest_of
+from tests.timings import Timings
 
 pytestmark = pytest.mark.redis
 
@@ -56,7 +57,11 @@ async def test_the_runner_builds_the_store_of_redis_partitions(
 
 
 async def test_submit_on_one_replica_wakes_a_claim_on_another(
-    make_harness: MakeHarness, redis_server: RedisServer, partition: str, partitions: int
+    make_harness: MakeHarness,
+    redis_server: RedisServer,
+    partition: str,
+    partitions: int,
+    timings: Timings,
 ) -> None:
     first = await _replica(make_harness, redis_server.url, partition, partitions)
     second = await _replica(make_harness, redis_server.url, partition, partitions)
@@ -68,9 +73,12 @@ async def test_submit_on_one_replica_wakes_a_claim_on_another(
     await assert_eventually(polling)
     job = await first.submit()
     started = time.monotonic()
-    claimed = await asyncio.wait_for(waiting, 5)
+    claimed = await waiting
+    woken = time.monotonic() - started
+    timings(
+        "wake-up: a waiting claim answers a new job", woken, f"servers, {partitions} partitions"
+    )
     assert [item.job.id for item in claimed] == [job.id]
-    assert time.monotonic() - started < 1.0
 
 
 async def test_stream_on_one_replica_sees_a_result_set_on_another(
@@ -101,8 +109,8 @@ async def test_stream_on_one_replica_refreshes_the_queue_position_after_a_claim_
     stream.cancel()
 
 
-async def test_store_down_is_unavailable_within_two_seconds_and_recovers(
-    make_harness: MakeHarness, own_redis: RedisServer, partition: str
+async def test_store_down_is_unavailable_and_recovers(
+    make_harness: MakeHarness, own_redis: RedisServer, partition: str, timings: Timings
 ) -> None:
     harness = await _replica(make_harness, own_redis.url, partition)
     job = await harness.submit()
@@ -111,7 +119,7 @@ async def test_store_down_is_unavailable_within_two_seconds_and_recovers(
     started = time.monotonic()
     failure = await fails(harness.job.Get(job_service_pb2.GetRequest(job_id=job.id)))
     assert (failure.code, failure.reasons) == (grpc.StatusCode.UNAVAILABLE, ["STORE_UNAVAILABLE"])
-    assert time.monotonic() - started < 2.0
+    timings("store down: call fails", time.monotonic() - started, "servers, killed, Get")
     assert (await fails(harness.claim(wait=1))).code is grpc.StatusCode.UNAVAILABLE
     await probe.step()
     assert await harness.value("jobgate_store_up") == 0

@@ -19,6 +19,7 @@ from tests.servers.conftest import MakeHarness
 from tests.servers.harness import EOF, Harness, fails, seconds
 from tests.servers.test_report_and_claim import completed, exchange
 from tests.store.conftest import claim_is_waiting
+from tests.timings import Timings
 
 
 class GatedStore(LocalStore):
@@ -60,22 +61,28 @@ async def test_in_flight_call_finishes_and_new_calls_are_shutting_down(
     assert (await submit).id
 
 
-async def test_long_poll_returns_empty_when_draining(harness: Harness) -> None:
+#: Less than the polls' 30 s wait, so a poll the drain did not end fails the test.
+HANG = 20
+
+
+async def test_long_poll_returns_empty_when_draining(harness: Harness, timings: Timings) -> None:
     claim = asyncio.create_task(harness.claim(wait=30))
     await _in_flight(harness, 1)
     started = time.monotonic()
     await _drain(harness)
-    assert await asyncio.wait_for(claim, 5) == []
-    assert time.monotonic() - started < 2
+    assert await asyncio.wait_for(claim, HANG) == []
+    timings("drain: a long poll answers empty", time.monotonic() - started, "ClaimNext")
 
 
-async def test_report_and_claim_long_poll_returns_empty_when_draining(harness: Harness) -> None:
+async def test_report_and_claim_long_poll_returns_empty_when_draining(
+    harness: Harness, timings: Timings
+) -> None:
     call = asyncio.create_task(exchange(harness, max_jobs=1, wait=seconds(30)))
     await claim_is_waiting(harness.serving.store, "m")
     started = time.monotonic()
     await _drain(harness)
-    assert list((await asyncio.wait_for(call, 5)).jobs) == []
-    assert time.monotonic() - started < 2
+    assert list((await asyncio.wait_for(call, HANG)).jobs) == []
+    timings("drain: a long poll answers empty", time.monotonic() - started, "ReportAndClaim")
 
 
 async def test_report_and_claim_long_poll_ended_by_the_drain_still_applies_its_results(
@@ -112,7 +119,7 @@ async def test_health_is_not_serving_while_draining(harness: Harness) -> None:
     assert (await health.Check(request)).status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def test_process_drains_and_exits_zero_within_grace() -> None:
+async def test_process_drains_and_exits_zero(timings: Timings) -> None:
     loopback = Address("127.0.0.1", 0)
     settings = ServerSettings(
         listen=loopback,
@@ -128,5 +135,6 @@ async def test_process_drains_and_exits_zero_within_grace() -> None:
     assert out.getvalue().startswith(f"jobgate serve listening job={job_address} ")
     started = time.monotonic()
     process.request_stop()
-    assert await asyncio.wait_for(running, 5) == 0
-    assert time.monotonic() - started < settings.grace_period.total_seconds() + 1
+    assert await asyncio.wait_for(running, HANG) == 0
+    late = time.monotonic() - started - settings.grace_period.total_seconds()
+    timings("drain: exit past the grace period", late, "serve in-process, idle")

@@ -10,6 +10,7 @@ from datetime import timedelta
 from store import Store
 from store.model import Job, JobSpec, JobStatus, SubmitRequest
 from tests.helpers import assert_eventually
+from tests.timings import Timings
 
 TENANT = "acme"
 MODEL = "llm-small"
@@ -46,10 +47,10 @@ async def assert_a_watch_sees_every_transition(
 
 
 async def assert_a_waiting_claim_is_woken(
-    waiter: Store, submit: Callable[[], Awaitable[Job]]
+    waiter: Store, submit: Callable[[], Awaitable[Job]], timings: Timings, variant: str
 ) -> None:
-    """A claim waiting on `waiter` returns the job `submit` queues, within 2 s
-    (so by the notification, not the re-check)."""
+    """A claim waiting on `waiter` returns the job `submit` queues. How soon goes to
+    `timings`: the bench's bound (2 s) tells the notification from the re-check."""
     claim = asyncio.create_task(waiter.claim("w1", [MODEL], wait=timedelta(seconds=20)))
     await assert_eventually(
         lambda: asyncio.sleep(0, waiter.waiting_claims(MODEL) == 1),  # type: ignore[attr-defined]
@@ -59,4 +60,4 @@ async def assert_a_waiting_claim_is_woken(
     job = await submit()
     [claimed] = await asyncio.wait_for(claim, 10)
     assert claimed.job.id == job.id
-    assert time.monotonic() - started < 2.0, "woken by the notification, not the re-check"
+    timings("wake-up: a waiting claim answers a new job", time.monotonic() - started, variant)

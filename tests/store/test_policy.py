@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from jobgate.v1.limits import MAX_JOBS_PER_CLAIM
 from store import policy
 from store.codes import LuaCode
 from store.model import (
@@ -25,7 +26,6 @@ from store.model import (
 from store.policy import (
     GROUP_MESSAGE,
     LEASE_EXPIRED_MESSAGE,
-    MAX_CLAIM,
     RUN_TIMEOUT_MESSAGE,
     child_key,
     claim_limit,
@@ -80,7 +80,7 @@ def test_group_outcome_is_completed_failed_or_partial() -> None:
 
 
 def test_a_claim_takes_between_one_and_max_claim_jobs() -> None:
-    assert [claim_limit(n) for n in (0, 5, MAX_CLAIM + 1)] == [1, 5, MAX_CLAIM]
+    assert [claim_limit(n) for n in (0, 5, MAX_JOBS_PER_CLAIM + 1)] == [1, 5, MAX_JOBS_PER_CLAIM]
 
 
 def test_an_exhausted_message_without_a_message_is_the_code() -> None:

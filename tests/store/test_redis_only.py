@@ -33,6 +33,7 @@ from store.redis.scripts import Script
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer, free_port
 from tests.store.scenarios import assert_a_watch_sees_every_transition
+from tests.timings import Timings
 
 pytestmark = pytest.mark.redis
 
@@ -105,6 +106,13 @@ async def expired_leases(raw: Redis, store: RedisStore) -> int:
     )
 
 
+#: A waiting claim's wait in the failure tests, and how long they give it to
+#: fail: both far past any fail-fast, so only an empty answer or a hang fails
+#: them. How fast it failed is handed to `timings` (the bench's bound).
+LONG_WAIT = timedelta(seconds=60)
+HANG = 30.0
+
+
 async def measure_unavailable(
     store: RedisStore, call: Awaitable[object], stop: Callable[[], None]
 ) -> float:
@@ -114,7 +122,7 @@ async def measure_unavailable(
     started = time.monotonic()
     stop()
     with pytest.raises(StoreUnavailable):
-        await asyncio.wait_for(task, timeout=5)
+        await asyncio.wait_for(task, timeout=HANG)
     return time.monotonic() - started
 
 
@@ -132,21 +140,23 @@ async def test_a_redis_restart_with_appendonly_loses_no_job(
     assert {c.job.id for c in claimed} == submitted
 
 
-# -- failures are loud and short -------------------------------------------
+# -- failures are loud (and short: the bench's bounds) ---------------------
 
 
-async def test_stopped_redis_fails_a_waiting_claim_within_a_second(
-    store: RedisStore, server: RedisServer
+async def test_stopped_redis_fails_a_waiting_claim(
+    store: RedisStore, server: RedisServer, timings: Timings
 ) -> None:
-    waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
-    assert await measure_unavailable(store, waiting, server.stop) < 1.0
+    waiting = store.claim("w1", [MODEL], wait=LONG_WAIT)
+    failed = await measure_unavailable(store, waiting, server.stop)
+    timings("store down: call fails", failed, "RedisStore, stopped, a waiting claim")
 
 
-async def test_killed_redis_fails_a_waiting_claim_within_a_second(
-    store: RedisStore, server: RedisServer
+async def test_killed_redis_fails_a_waiting_claim(
+    store: RedisStore, server: RedisServer, timings: Timings
 ) -> None:
-    waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
-    assert await measure_unavailable(store, waiting, server.kill) < 1.0
+    waiting = store.claim("w1", [MODEL], wait=LONG_WAIT)
+    failed = await measure_unavailable(store, waiting, server.kill)
+    timings("store down: call fails", failed, "RedisStore, killed, a waiting claim")
 
 
 def pause(server: RedisServer) -> None:
@@ -160,35 +170,35 @@ def resume(server: RedisServer) -> None:
     server.process.send_signal(signal.SIGCONT)
 
 
-async def test_a_hung_redis_fails_a_waiting_claim_within_two_seconds(
-    store: RedisStore, server: RedisServer
+async def test_a_hung_redis_fails_a_waiting_claim(
+    store: RedisStore, server: RedisServer, timings: Timings
 ) -> None:
-    waiting = store.claim("w1", [MODEL], wait=timedelta(seconds=10))
+    waiting = store.claim("w1", [MODEL], wait=LONG_WAIT)
     try:
-        assert await measure_unavailable(store, waiting, lambda: pause(server)) < 2.0
+        failed = await measure_unavailable(store, waiting, lambda: pause(server))
     finally:
         resume(server)
+    timings("store down: a hung Redis fails the call", failed, "RedisStore, a waiting claim")
 
 
-async def test_a_hung_redis_fails_a_call_within_the_socket_timeout(
-    store: RedisStore, server: RedisServer
+async def test_a_hung_redis_fails_a_call_instead_of_hanging(
+    store: RedisStore, server: RedisServer, timings: Timings
 ) -> None:
     job = (await store.submit(request())).job
     pause(server)
     started = time.monotonic()
     try:
         with pytest.raises(StoreUnavailable):
-            await store.get(TENANT, job.id)
+            await asyncio.wait_for(store.get(TENANT, job.id), HANG)
     finally:
         resume(server)
-    # the 1 s socket timeout, with room for a loaded machine; a hang would be
-    # unbounded
-    assert time.monotonic() - started < 2.5
+    # The 1 s socket timeout; a hang would be unbounded.
+    timings("store down: a hung Redis fails the call", time.monotonic() - started, "RedisStore Get")
 
 
 @pytest.mark.parametrize("operation", ["get", "submit", "claim", "heartbeat"])
-async def test_stopped_redis_is_store_unavailable_within_a_second(
-    store: RedisStore, server: RedisServer, operation: str
+async def test_stopped_redis_is_store_unavailable(
+    store: RedisStore, server: RedisServer, operation: str, timings: Timings
 ) -> None:
     job = (await store.submit(request())).job
     calls: dict[str, Callable[[], Awaitable[object]]] = {
@@ -200,8 +210,10 @@ async def test_stopped_redis_is_store_unavailable_within_a_second(
     server.stop()
     started = time.monotonic()
     with pytest.raises(StoreUnavailable):
-        await calls[operation]()
-    assert time.monotonic() - started < 1.0
+        await asyncio.wait_for(calls[operation](), HANG)
+    timings(
+        "store down: call fails", time.monotonic() - started, f"RedisStore, stopped, {operation}"
+    )
 
 
 async def test_a_stopped_redis_is_reported_as_a_failure_of_the_operation(
@@ -265,16 +277,17 @@ async def test_waiting_claims_work_again_after_redis_returns(
     assert await assert_eventually(claim_waits, timeout=10)
 
 
-async def test_lost_notification_connection_fails_waiters_promptly(
-    store: RedisStore, raw: Redis
+async def test_lost_notification_connection_fails_waiters(
+    store: RedisStore, raw: Redis, timings: Timings
 ) -> None:
-    waiting = asyncio.ensure_future(store.claim("w1", [MODEL], wait=timedelta(seconds=10)))
+    waiting = asyncio.ensure_future(store.claim("w1", [MODEL], wait=LONG_WAIT))
     await assert_eventually(lambda: claim_waiting(store))
     started = time.monotonic()
     await raw.client_kill_filter(_type="pubsub")
     with pytest.raises(StoreUnavailable):
-        await asyncio.wait_for(waiting, 5)
-    assert time.monotonic() - started < 1.0
+        await asyncio.wait_for(waiting, HANG)
+    failed = time.monotonic() - started
+    timings("store down: call fails", failed, "RedisStore, notifications lost, a waiting claim")
 
 
 async def test_scripts_are_reloaded_after_script_flush(store: RedisStore, raw: Redis) -> None:

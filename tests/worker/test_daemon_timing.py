@@ -1,4 +1,10 @@
-"""The daemon's timing and retry rules, against a scripted WorkerService."""
+"""The daemon's timing and retry rules, against a scripted WorkerService.
+
+How far apart the heartbeats come is measured and handed to `timings`; the
+bench holds it to a third of the lease (bench/timing.py). Asserted here is
+what cannot flake: beats arrive while the handler runs, retries go on, and
+a stop does not wait out a long poll (one longer than any test runs).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from google.rpc import code_pb2
 from jobgate import JobContext
 from tests.client.fake_job_service import UNAVAILABLE, Fail
 from tests.helpers import assert_eventually
+from tests.timings import Timings
 from tests.worker.conftest import running_worker
 from tests.worker.fake_worker_service import FakeWorkerService, start
 
@@ -36,9 +43,7 @@ def gaps(times: list[float]) -> list[float]:
     return [later - earlier for earlier, later in itertools.pairwise(times)]
 
 
-async def test_heartbeats_come_every_third_of_the_lease_while_the_handler_burns_cpu(
-    fake: Fake,
-) -> None:
+async def test_heartbeats_come_while_the_handler_burns_cpu(fake: Fake, timings: Timings) -> None:
     service, target = fake
 
     def busy(ctx: JobContext) -> str:
@@ -51,12 +56,14 @@ async def test_heartbeats_come_every_third_of_the_lease_while_the_handler_burns_
     async with running_worker(target, "m", busy):
         await asyncio.wait_for(service.acknowledged.wait(), 10)
 
-    beats = gaps([seen.at for seen in service.heartbeats])
-    assert len(beats) >= 3
-    # Typically a third of the lease; a load spike on the test machine may delay
-    # one beat, but none comes near losing the lease.
-    assert abs(statistics.median(beats) - LEASE / 3) < 0.1
-    assert max(beats) < LEASE * 2 / 3
+    reported = service.results[0].at
+    during = [seen.at for seen in service.heartbeats if seen.at < reported]
+    assert len(during) >= 2, "no heartbeats while the handler held the CPU"
+    beats = gaps(during)
+    # Typically a third of the lease; how close, and the longest gap, are the bench's.
+    off = abs(statistics.median(beats) - LEASE / 3)
+    timings("heartbeat: the median gap off a third of the lease", off, "CPU-bound handler")
+    timings("heartbeat: the longest gap, lease 0.9 s", max(beats), "CPU-bound handler")
 
 
 async def test_only_the_latest_progress_is_sent(fake: Fake) -> None:
@@ -194,10 +201,13 @@ async def test_a_claim_asks_for_as_many_jobs_as_there_are_free_slots(fake: Fake)
     assert service.claims[0].request.max_jobs == 3
 
 
-async def test_stopping_an_idle_worker_does_not_wait_for_its_long_poll(fake: Fake) -> None:
+async def test_stopping_an_idle_worker_does_not_wait_for_its_long_poll(
+    fake: Fake, timings: Timings
+) -> None:
     service, target = fake
 
-    async with running_worker(target, "m", lambda ctx: None, claim_wait=30.0) as worker:
+    # A poll longer than the test's own timeout: a stop that waited for it fails.
+    async with running_worker(target, "m", lambda ctx: None, claim_wait=600.0) as worker:
 
         async def polling() -> bool:
             return bool(service.claims)
@@ -206,4 +216,4 @@ async def test_stopping_an_idle_worker_does_not_wait_for_its_long_poll(fake: Fak
         started = time.monotonic()
         worker.stop()
 
-    assert time.monotonic() - started < 2.0
+    timings("worker stop: an idle daemon stops", time.monotonic() - started)

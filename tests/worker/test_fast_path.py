@@ -17,6 +17,7 @@ import pytest
 
 from jobgate import JobContext
 from jobgate.v1 import job_pb2, job_service_pb2, worker_service_pb2_grpc
+from jobgate.worker._transport import Classic, FastPath
 from serving.grpc_server import new_server
 from tests.helpers import assert_eventually
 from tests.servers.harness import LOOPBACK, Harness, start_harness
@@ -71,7 +72,7 @@ async def test_queued_jobs_run_with_no_set_result_or_claim_next_call(harness: Ha
     target = f"127.0.0.1:{harness.worker_port}"
     async with running_worker(target, model, noop, concurrency=1) as worker:
         await all_completed(harness, ids)
-        assert worker.fast_path
+        assert isinstance(worker.transport, FastPath)
         # A graceful stop: the last result, riding with the open long poll,
         # goes again in a report of its own (the fixture's forced stop would
         # hand its job back with a SetResult instead).
@@ -190,7 +191,7 @@ async def test_a_server_without_the_fast_path_gets_claim_next_and_set_result(
         ids = await submit(harness, model, 3)
         async with running_worker(f"127.0.0.1:{port}", model, noop) as worker:
             await all_completed(harness, ids)
-            assert not worker.fast_path
+            assert isinstance(worker.transport, Classic)
     finally:
         await grpc_server.stop(0)
     assert await handled(harness, "SetResult") == 3

@@ -65,7 +65,7 @@ def job_run(handler: Handler, stub: RecordingStub, threads: HandlerThreads) -> J
         metadata=(),
         worker_id="w1",
         link=link,
-        heartbeats=Heartbeats(worker_id="w1", metadata=(), link=link),
+        heartbeats=Heartbeats(link=link),
     )
 
 

@@ -1,5 +1,9 @@
 """`jobgate events`: read the store's audit stream (every job status transition).
 
+A server-side command like `_servers` (it opens the store, hence Redis), so
+`jobgate.cli` imports it only when `events` is the command; unlike `_servers`
+it loads no server.
+
 The stream lives in Redis (the embedded store's events live inside the
 `jobgate serve` process, out of reach), so the command needs --redis-url or
 JOBGATE_REDIS_URL and the deployment's --redis-partition and --redis-partitions

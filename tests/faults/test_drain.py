@@ -1,4 +1,8 @@
-"""SIGTERM drains (DESIGN: Shutdown): in-flight calls finish, streams end, exit 0 in the grace.
+"""SIGTERM drains (DESIGN: Shutdown): in-flight calls finish, streams end, exit 0.
+
+How long after SIGTERM a process exits is timed and handed to `timings`; the
+bench holds it to the grace period (bench/timing.py), the tests to the exit
+code and the calls' ends.
 
 Deployments here run --grace-period 2. A waiting ClaimNext may be answered
 early (empty) when the drain starts: the call finishes, it is not cut. That
@@ -17,8 +21,11 @@ import grpc
 from tests.e2e.api import Api, fresh_name, parse_failure
 from tests.e2e.harness import Deployment, ServerProcess
 from tests.e2e.test_stream import EOF
+from tests.timings import Timings
 
 GRACE = 2.0
+#: Long past any drain: a process or call still going by then hangs.
+HANG = 20.0
 
 
 def only(deployment: Deployment, name: str) -> ServerProcess:
@@ -32,7 +39,7 @@ async def exit_code_within(process: ServerProcess, timeout: float) -> tuple[int 
 
 
 async def test_sigterm_lets_an_in_flight_claim_finish_and_exits_zero(
-    shared_api: Api, on_shared_redis: Deployment
+    shared_api: Api, on_shared_redis: Deployment, timings: Timings
 ) -> None:
     waiting = asyncio.create_task(shared_api.claim([fresh_name("m")], wait=1.0))
     done, _ = await asyncio.wait({waiting}, timeout=0.3)
@@ -41,10 +48,12 @@ async def test_sigterm_lets_an_in_flight_claim_finish_and_exits_zero(
 
     worker_server.send_sigterm()
 
-    assert await asyncio.wait_for(waiting, timeout=GRACE + 1) == []
-    code, elapsed = await exit_code_within(worker_server, GRACE + 3)
+    assert await asyncio.wait_for(waiting, timeout=HANG) == []
+    code, elapsed = await exit_code_within(worker_server, HANG)
     assert code == 0
-    assert elapsed < GRACE + 1, f"exited {elapsed:.2f}s after SIGTERM"
+    timings(
+        "drain: exit past the grace period", elapsed - GRACE, "worker-server, a claim in flight"
+    )
 
 
 async def test_sigterm_ends_an_open_stream_cleanly_and_exits_zero(
@@ -58,7 +67,7 @@ async def test_sigterm_ends_an_open_stream_cleanly_and_exits_zero(
     gateway.send_sigterm()
 
     try:
-        while await asyncio.wait_for(call.read(), timeout=GRACE + 1) is not EOF:
+        while await asyncio.wait_for(call.read(), timeout=HANG) is not EOF:
             pass
         ended = "OK"
     except grpc.aio.AioRpcError as error:
@@ -66,12 +75,12 @@ async def test_sigterm_ends_an_open_stream_cleanly_and_exits_zero(
         assert failure.code == grpc.StatusCode.UNAVAILABLE, failure
         assert failure.reason == "SHUTTING_DOWN", f"stream cut, not ended: {failure}"
         ended = failure.reason
-    code, _ = await exit_code_within(gateway, GRACE + 3)
+    code, _ = await exit_code_within(gateway, HANG)
     assert code == 0, f"gateway exit code {code} (stream ended: {ended})"
 
 
 async def test_sigterm_drains_jobgate_serve_and_exits_zero(
-    embedded_api: Api, embedded_alone: Deployment
+    embedded_api: Api, embedded_alone: Deployment, timings: Timings
 ) -> None:
     waiting = asyncio.create_task(embedded_api.claim([fresh_name("m")], wait=1.0))
     done, _ = await asyncio.wait({waiting}, timeout=0.3)
@@ -80,7 +89,7 @@ async def test_sigterm_drains_jobgate_serve_and_exits_zero(
 
     serve.send_sigterm()
 
-    assert await asyncio.wait_for(waiting, timeout=GRACE + 1) == []
-    code, elapsed = await exit_code_within(serve, GRACE + 3)
+    assert await asyncio.wait_for(waiting, timeout=HANG) == []
+    code, elapsed = await exit_code_within(serve, HANG)
     assert code == 0
-    assert elapsed < GRACE + 1, f"exited {elapsed:.2f}s after SIGTERM"
+    timings("drain: exit past the grace period", elapsed - GRACE, "serve, a claim in flight")

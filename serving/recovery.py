@@ -1,4 +1,4 @@
-"""Background tasks of a server process: recovery and the store health probe.
+"""Recovery, and the store health probe: the background tasks of a server process.
 
 Recovery runs in every server process (serve, gateway and worker-server):
 the store's leadership lease lets one replica at a time call recover(), and

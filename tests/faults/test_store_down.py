@@ -1,4 +1,9 @@
-"""Redis stopped: fast UNAVAILABLE, NOT_SERVING, recovery on its own (DESIGN: Store failure)."""
+"""Redis stopped: UNAVAILABLE, never a hang; NOT_SERVING; recovery on its own.
+
+(DESIGN: Store failure.) How soon each call fails is timed and handed to
+`timings`: the bench holds it to its bound (bench/timing.py), the tests only
+to the answer.
+"""
 
 from __future__ import annotations
 
@@ -15,22 +20,27 @@ from tests.e2e.api import COMPLETED, Api, Failure, failure_of, fresh_name
 from tests.e2e.harness import Deployment, health_status
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
+from tests.timings import Timings
 
-FAIL_FAST = 2.0
+#: Long past any fail-fast: a call still unanswered by then hangs. How fast it
+#: fails is a figure (bench/timing.py "store down: call fails"), not asserted.
+HANG = 20.0
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def timed_failure(call: Awaitable[Any]) -> tuple[Failure, float]:
     started = time.monotonic()
-    failure = await failure_of(call)
+    failure = await asyncio.wait_for(failure_of(call), HANG)
     return failure, time.monotonic() - started
 
 
-def assert_store_unavailable(failure: Failure, elapsed: float, what: str) -> None:
+def assert_store_unavailable(
+    failure: Failure, elapsed: float, what: str, timings: Timings, fault: str
+) -> None:
     assert failure.code == grpc.StatusCode.UNAVAILABLE, f"{what}: {failure}"
     assert failure.reason == "STORE_UNAVAILABLE", f"{what}: {failure}"
-    assert elapsed < FAIL_FAST, f"{what} took {elapsed:.2f}s to fail"
+    timings("store down: call fails", elapsed, f"servers, {fault}, {what}")
 
 
 async def all_health(deployment: Deployment, status: int) -> bool:
@@ -40,8 +50,8 @@ async def all_health(deployment: Deployment, status: int) -> bool:
     return True
 
 
-async def test_submit_get_and_claim_fail_fast_with_store_unavailable(
-    own_api: Api, own_redis: RedisServer
+async def test_submit_get_and_claim_fail_with_store_unavailable(
+    own_api: Api, own_redis: RedisServer, timings: Timings
 ) -> None:
     model = fresh_name("m")
     job = await own_api.submit(model)
@@ -54,7 +64,7 @@ async def test_submit_get_and_claim_fail_fast_with_store_unavailable(
         ("Cancel", own_api.cancel(job.id)),
     ):
         failure, elapsed = await timed_failure(call)
-        assert_store_unavailable(failure, elapsed, what)
+        assert_store_unavailable(failure, elapsed, what, timings, "stopped")
 
 
 async def test_store_unavailable_carries_retry_info(own_api: Api, own_redis: RedisServer) -> None:
@@ -66,17 +76,16 @@ async def test_store_unavailable_carries_retry_info(own_api: Api, own_redis: Red
 
 
 async def test_a_waiting_claim_fails_instead_of_answering_empty(
-    own_api: Api, own_redis: RedisServer
+    own_api: Api, own_redis: RedisServer, timings: Timings
 ) -> None:
     waiting = asyncio.create_task(own_api.claim([fresh_name("m")], wait=8.0))
     done, _ = await asyncio.wait({waiting}, timeout=0.3)
     assert not done
 
     own_redis.stop()
-    stopped = time.monotonic()
-    failure = await failure_of(waiting)
+    failure, elapsed = await timed_failure(waiting)
 
-    assert_store_unavailable(failure, time.monotonic() - stopped, "waiting ClaimNext")
+    assert_store_unavailable(failure, elapsed, "waiting ClaimNext", timings, "stopped")
 
 
 async def test_health_goes_not_serving_while_redis_is_down(
@@ -105,7 +114,9 @@ async def test_servers_recover_on_their_own_when_redis_returns(
     assert (await own_api.submit(model)).id
 
 
-async def test_calls_fail_fast_when_redis_is_killed(own_api: Api, own_redis: RedisServer) -> None:
+async def test_calls_fail_when_redis_is_killed(
+    own_api: Api, own_redis: RedisServer, timings: Timings
+) -> None:
     model = fresh_name("m")
     job = await own_api.submit(model)
 
@@ -117,11 +128,11 @@ async def test_calls_fail_fast_when_redis_is_killed(own_api: Api, own_redis: Red
         ("ClaimNext", own_api.claim([model], wait=5.0)),
     ):
         failure, elapsed = await timed_failure(call)
-        assert_store_unavailable(failure, elapsed, what)
+        assert_store_unavailable(failure, elapsed, what, timings, "killed")
 
 
-async def test_calls_fail_fast_instead_of_hanging_when_redis_freezes(
-    own_api: Api, own_redis: RedisServer
+async def test_calls_fail_instead_of_hanging_when_redis_freezes(
+    own_api: Api, own_redis: RedisServer, timings: Timings
 ) -> None:
     model = fresh_name("m")
     job = await own_api.submit(model)
@@ -136,6 +147,6 @@ async def test_calls_fail_fast_instead_of_hanging_when_redis_freezes(
             ("ClaimNext", own_api.claim([model], wait=5.0)),
         ):
             failure, elapsed = await timed_failure(call)
-            assert_store_unavailable(failure, elapsed, what)
+            assert_store_unavailable(failure, elapsed, what, timings, "frozen")
     finally:
         own_redis.process.send_signal(signal.SIGCONT)
