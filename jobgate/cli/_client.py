@@ -38,6 +38,7 @@ from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priorit
 from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError
 from jobgate.v1 import job_pb2, job_service_pb2
+from jobgate.v1.limits import POOL_PATTERN
 
 __all__ = ["UsageError", "add_commands", "parse_labels", "read_batch", "read_group"]
 
@@ -152,6 +153,13 @@ def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument(
         "--model", action="append", required=True, metavar="NAME", help="repeatable"
+    )
+    parser.add_argument(
+        "--pool",
+        default=os.environ.get("JOBGATE_WORKER_POOL", ""),
+        metavar="NAME",
+        help="the pool this worker serves (env JOBGATE_WORKER_POOL; default: its token's "
+        "pool, `default` without auth): it runs only that pool's and any-pool jobs",
     )
     parser.add_argument("--handler", required=True, metavar="MODULE:FUNCTION")
     parser.add_argument("--concurrency", type=int, default=1, help="jobs run at once")
@@ -461,10 +469,13 @@ def _run_worker(args: argparse.Namespace) -> int:
         ).with_tls_files(args.tls_ca, args.tls_cert, args.tls_key)
     except (worker.HandlerLoadError, OSError, ValueError) as error:
         return fail(str(error), EXIT_USAGE)
+    if args.pool and not POOL_PATTERN.fullmatch(args.pool):
+        return fail(f"--pool must match {POOL_PATTERN.pattern}", EXIT_USAGE)
     config = worker.WorkerConfig(
         models=tuple(args.model),
         connection=connection,
         concurrency=args.concurrency,
+        pool=args.pool,
         worker_id=args.worker_id or worker.default_worker_id(),
         grace_period=args.grace_period,
         claim_wait=args.claim_wait,

@@ -88,6 +88,8 @@ class WorkerConfig:
         default_factory=lambda: ConnectionConfig(target=DEFAULT_WORKER_TARGET)
     )
     concurrency: int = 1
+    #: The pool this worker serves; "" means its credential's (`default` without auth).
+    pool: str = ""
     worker_id: str = field(default_factory=default_worker_id)
     grace_period: float = 30.0
     claim_wait: float = CLAIM_WAIT
@@ -197,6 +199,7 @@ class Worker:
             worker_id=self.config.worker_id,
             models=self.config.models,
             metadata=connection.metadata,
+            pool=self.config.pool,
             reports=self._reports,
         )
         self._heartbeats.start(self._wire)

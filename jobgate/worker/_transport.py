@@ -104,10 +104,13 @@ class Classic:
         worker_id: str,
         models: Sequence[str],
         metadata: tuple[tuple[str, str], ...],
+        pool: str = "",
     ) -> None:
         self._stub = stub
         self._worker_id = worker_id
         self._models = list(models)
+        # the pool this worker serves ("": its credential's; `default` in open mode)
+        self._pool = pool
         self._metadata = metadata
 
     async def claim(
@@ -115,7 +118,7 @@ class Classic:
     ) -> Sequence[pb.ClaimedJob]:
         Reports.decline(results)  # each job sends its own SetResult
         request = pb.ClaimNextRequest(
-            worker_id=self._worker_id, models=self._models, max_jobs=max_jobs
+            worker_id=self._worker_id, models=self._models, max_jobs=max_jobs, pool=self._pool
         )
         request.wait.FromNanoseconds(int(wait * 1e9))
         # A stop cancels the poll. A job the server claimed in that very
@@ -158,6 +161,7 @@ class FastPath:
         worker_id: str,
         models: Sequence[str],
         metadata: tuple[tuple[str, str], ...],
+        pool: str = "",
         reports: Reports,
         alone: Classic,
         on_unimplemented: Callable[[], None],
@@ -165,6 +169,8 @@ class FastPath:
         self._stub = stub
         self._worker_id = worker_id
         self._models = list(models)
+        # the pool this worker serves ("": its credential's; `default` in open mode)
+        self._pool = pool
         self._metadata = metadata
         self._reports = reports
         #: For items a batch could not carry (one of them refused as invalid).
@@ -179,6 +185,7 @@ class FastPath:
         request = pb.ReportAndClaimRequest(
             worker_id=self._worker_id,
             models=self._models,
+            pool=self._pool,
             max_jobs=max_jobs,
             results=[item.request for item in results],
         )
@@ -250,15 +257,19 @@ class Wire:
         worker_id: str,
         models: Sequence[str],
         metadata: tuple[tuple[str, str], ...],
+        pool: str = "",
         reports: Reports,
     ) -> None:
         self._reports = reports
-        self._classic = Classic(stub, worker_id=worker_id, models=models, metadata=metadata)
+        self._classic = Classic(
+            stub, worker_id=worker_id, models=models, metadata=metadata, pool=pool
+        )
         self.transport: Transport = FastPath(
             stub,
             worker_id=worker_id,
             models=models,
             metadata=metadata,
+            pool=pool,
             reports=reports,
             alone=self._classic,
             on_unimplemented=self._fall_back,
