@@ -146,16 +146,15 @@ class RedisEngine:
         self.connection = Connection(url, hear_ready, hear_changes)
         self._hints = Hints()
         self.connection.notifier.on_ready = self._hints.heard_ready
-        # the audit cap is the deployment's: each partition keeps its share
-        share = dataclasses.replace(
-            settings, events_max_length=-(-settings.events_max_length // partitions)
-        )
         self.ids = PartitionIds(partitions)
         self.parts = [
             Partition(
                 self.connection,
                 Keys(tag),
-                share,
+                # each partition's stream keeps the cap: under fair share a
+                # tenant's events all land in its partition, so a share of
+                # the cap would keep a busy tenant's trail N times shorter
+                settings,
                 self._hints,
                 new_ulid if partitions == 1 else _id_source(self.ids, index),
                 self._report,
