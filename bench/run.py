@@ -35,6 +35,7 @@ from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
 from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.floors import Floors
 from bench.floors import measure as measure_floors
+from bench.redis_work import redis_work, redis_work_lines
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import REPORT_BATCH, Trips, round_trips
 from bench.sink import Sink, sink
@@ -58,6 +59,8 @@ class Plan:
     trips_calls: int
     cluster_jobs: int  # per Redis Cluster row
     floor_calls: int  # per floor measurement
+    work_jobs: int  # per run of the Redis-work section
+    work_repeats: int
     timing_tests: tuple[str, ...]  # where section 11 finds the tests that time
 
 
@@ -66,14 +69,14 @@ FULL = Plan(
           latency_rate=200, latency_seconds=10),
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
-    cluster_jobs=2000, floor_calls=5000, timing_tests=("tests",),
+    cluster_jobs=2000, floor_calls=5000, timing_tests=("tests",), work_jobs=2000, work_repeats=3,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
           latency_rate=200, latency_seconds=1),
     depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
-    cluster_jobs=200, floor_calls=300, timing_tests=QUICK_TESTS,
+    cluster_jobs=200, floor_calls=300, timing_tests=QUICK_TESTS, work_jobs=60, work_repeats=1,
 )  # fmt: skip
 
 
@@ -293,6 +296,12 @@ def _load_section(plan: Plan, timing: Sink) -> list[str]:
     return _load_lines(states, plan)
 
 
+def _work_section(plan: Plan, timing: Sink) -> list[str]:
+    return redis_work_lines(
+        redis_work(timing, plan.work_jobs, plan.work_repeats), plan.work_jobs, plan.work_repeats
+    )
+
+
 def _cluster_section(plan: Plan, timing: Sink) -> list[str]:
     return cluster_lines(cluster_rows(timing, plan.cluster_jobs))
 
@@ -304,6 +313,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "depth": _depth_section,
     "load": _load_section,
     "cluster": _cluster_section,
+    "redis-work": _work_section,
     "floors": _floors_section,
     "timing": _timing_section,
 }

@@ -66,11 +66,14 @@ def embedded() -> Iterator[Topology]:
 
 
 @contextmanager
-def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
+def on_redis(
+    appendfsync: str | None = "everysec", settings: Mapping[str, str] = {}
+) -> Iterator[Topology]:
     """`jobgate gateway` + `jobgate worker-server` on a private redis-server.
 
     With AOF at `appendfsync`, or without persistence when it is None (the
-    peers' method for the end-to-end figures).
+    peers' method for the end-to-end figures); `settings` are more server
+    flags (e.g. redis-partitions).
     """
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobgate-bench-")))
@@ -78,7 +81,7 @@ def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
         redis = RedisServer(workdir, *aof)
         redis.start()
         stack.callback(redis.stop)
-        shared = {"redis-url": redis.url}
+        shared = {"redis-url": redis.url, **settings}
         gateway = stack.enter_context(_server("gateway", workdir, shared))
         worker_server = stack.enter_context(_server("worker-server", workdir, shared))
         assert redis.process is not None
