@@ -68,6 +68,7 @@ from store.redis.connection import Connection, text, translated
 from store.redis.hints import Hints
 from store.redis.ids import PartitionIds, new_ulid, partition_of
 from store.redis.notify import ANY_MESSAGE, Listener
+from store.redis.occupancy import Occupancy
 from store.redis.others import OtherPartitions, View, up_to
 from store.redis.partition import Partition
 from store.redis.scripts import ArgValue
@@ -145,7 +146,7 @@ class RedisEngine:
         self.on_failure: FailureHook = ignore_failure
         self.connection = Connection(url, hear_ready, hear_changes)
         self._hints = Hints()
-        self.connection.notifier.on_ready = self._hints.heard_ready
+        self.connection.notifier.on_ready = self._heard_ready
         self.ids = PartitionIds(partitions)
         self.parts = [
             Partition(
@@ -163,6 +164,7 @@ class RedisEngine:
         ]
         for part in self.parts:
             self.connection.hear(part.keys)
+        self._occupancy = Occupancy({part.keys.notify: i for i, part in enumerate(self.parts)})
         # unkeyed submits go round the partitions, from a random start so
         # that gateways started together do not fill partition 0 first
         self._turn = itertools.count(random.randrange(partitions))
@@ -173,6 +175,10 @@ class RedisEngine:
 
     def _report(self, operation: str) -> None:
         self.on_failure(operation)
+
+    def _heard_ready(self, channel: str, job_class: str, job_id: str) -> None:
+        self._hints.heard_ready(channel, job_class, job_id)
+        self._occupancy.heard(channel, job_class)
 
     @property
     def closed(self) -> bool:
@@ -293,6 +299,8 @@ class RedisEngine:
             results = await part.submit_batch(requests, caps)
         admitted = [r for r, done in zip(requests, results, strict=True) if not done.reused]
         self._others.admitted(index, admitted)
+        if admitted:
+            self._occupancy.maybe(index)
         return [await self._positioned(index, result, view) for result in results]
 
     async def _positioned(self, index: int, result: SubmitResult, view: View) -> SubmitResult:
@@ -359,9 +367,13 @@ class RedisEngine:
         """Claim up to max_jobs now, in claim order (no wait)."""
         if len(self.parts) == 1:
             return await self.owner.claim(worker_id, models, max_jobs)
+        candidates = self._occupancy.candidates(models)
+        if candidates is not None and len(candidates) <= 1:
+            # nothing, or one partition with work: claim there, one round trip
+            return await self._claim_in(candidates, worker_id, models, max_jobs)
         # plan again if other workers took all of what the plan found first
         for _ in range(PLAN_ROUNDS):
-            plan = await self._plan(models, max_jobs)
+            plan = await self._plan(models, max_jobs, candidates)
             if not plan.counts:
                 return []
             calls = [
@@ -372,7 +384,20 @@ class RedisEngine:
                 return plan.sort(claimed, len(self.parts))
         return []
 
-    async def _plan(self, models: list[str], max_jobs: int) -> _Plan:
+    async def _claim_in(
+        self, candidates: list[int], worker_id: str, models: list[str], max_jobs: int
+    ) -> list[ClaimedJob]:
+        """Claim from the one partition that may hold work (none: nothing to claim)."""
+        if not candidates:
+            return []
+        index = candidates[0]
+        began = self._occupancy.generations(models, [index])
+        claimed = await self.parts[index].claim(worker_id, models, max_jobs)
+        if len(claimed) < max_jobs:  # its queues of these classes ran dry
+            self._occupancy.read(began, set(), complete=False)
+        return claimed
+
+    async def _plan(self, models: list[str], max_jobs: int, only: list[int] | None = None) -> _Plan:
         """Where the best `max_jobs` ready jobs are: (partition, jobs to claim there), best first.
 
         One pipeline reads the first max_jobs ids and scores of every ready
@@ -382,21 +407,26 @@ class RedisEngine:
         its queues' heads in the same order, so the plan merges sorted runs.
         O(partitions x models x priorities x log N).
         """
+        indexes = range(len(self.parts)) if only is None else only
         commands: list[list[ArgValue]] = []
-        queues: list[tuple[int, int]] = []  # (partition, priority rank) per command
-        for index, part in enumerate(self.parts):
+        queues: list[tuple[int, int, str]] = []  # (partition, priority rank, class) per command
+        for index in indexes:
+            part = self.parts[index]
             for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER):
                 for job_class in models:
                     model, pool = class_parts(job_class)
                     queue = part.keys.queue(model, priority, pool)
                     commands.append(["ZRANGE", queue, 0, max_jobs - 1, "WITHSCORES"])
-                    queues.append((index, rank))
+                    queues.append((index, rank, job_class))
+        began = self._occupancy.generations(models, indexes)
         replies = await self.connection.read_pipelined("claim", commands)
-        order = {
-            member.decode(): (rank, score, index)
-            for (index, rank), heads in zip(queues, replies, strict=True)
-            for member, score in _scored(heads)
-        }
+        order: dict[str, Order] = {}
+        nonempty: set[tuple[str, int]] = set()
+        for (index, rank, job_class), heads in zip(queues, replies, strict=True):
+            for member, score in _scored(heads):
+                order[member.decode()] = (rank, score, index)
+                nonempty.add((job_class, index))
+        self._occupancy.read(began, nonempty, complete=only is None)
         counts: dict[int, int] = {}
         for _, _, index in heapq.nsmallest(max_jobs, order.values()):
             counts[index] = counts.get(index, 0) + 1  # dicts keep first-seen (best) order
@@ -451,6 +481,8 @@ class RedisEngine:
         counts = await asyncio.gather(
             *(self.parts[index].release(items) for index, items in by_part.items())
         )
+        for index in by_part:
+            self._occupancy.maybe(index)
         return sum(counts)
 
     async def heartbeat(
@@ -461,7 +493,10 @@ class RedisEngine:
     async def record_result(
         self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        return await self.part_of(job_id).record_result(job_id, lease_id, report)
+        index = partition_of(job_id, len(self.parts))
+        recorded = await self.parts[index].record_result(job_id, lease_id, report)
+        self._occupancy.maybe(index)  # a retry, or a group's next child, may be queued
+        return recorded
 
     async def report_and_claim(
         self,
@@ -478,7 +513,12 @@ class RedisEngine:
         by_part: dict[int, list[int]] = {}
         for position, (job_id, _, _) in enumerate(results):
             by_part.setdefault(partition_of(job_id, len(self.parts)), []).append(position)
-        chosen = await self._plan(models, max_jobs) if max_jobs else _Plan([], {})
+        candidates = self._occupancy.candidates(models) if max_jobs else []
+        if candidates is not None and len(candidates) <= 1:
+            # nothing to claim, or one partition with work: no read first
+            chosen = _Plan([(candidates[0], max_jobs)] if candidates else [], {})
+        else:
+            chosen = await self._plan(models, max_jobs, candidates)
         plan = dict(chosen.counts)
         spare = max_jobs - sum(plan.values())
         if spare and by_part:
@@ -497,6 +537,8 @@ class RedisEngine:
             for index in order
         ]
         steps = await self._all_or_release(calls, lambda step: step.claimed)
+        for index in by_part:
+            self._occupancy.maybe(index)
         answers: dict[int, ReportAnswer] = {}
         claimed: list[ClaimedJob] = []
         for index, step in zip(order, steps, strict=True):
@@ -507,14 +549,20 @@ class RedisEngine:
         )
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        return await self.part_of(job_id).cancel(tenant, job_id, reason)
+        index = partition_of(job_id, len(self.parts))
+        result = await self.parts[index].cancel(tenant, job_id, reason)
+        self._occupancy.maybe(index)  # a cancelled child's group may queue its next child
+        return result
 
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:
         events: list[JobEvent] = []
-        for part in self.parts:
+        for index, part in enumerate(self.parts):
             # one after another: recovery's own pool has two connections
-            events += await part.recover()
+            found = await part.recover()
+            if found:
+                self._occupancy.maybe(index)
+            events += found
         return events
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
