@@ -449,9 +449,7 @@ class Partition:
         ]
         reply = await self.call(ScriptCall("heartbeat", args, Declared([job_id])))
         _check_code(reply, job_id)
-        return HeartbeatResult(
-            lease_expire_time=ms_to_datetime(reply[1]), cancel_requested=bool(reply[2])
-        )
+        return HeartbeatResult(ms_to_datetime(reply[1]), bool(reply[2]), text(reply[3]))
 
     def _backoff(self) -> list[ArgValue]:
         s = self.settings
