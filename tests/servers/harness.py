@@ -33,6 +33,7 @@ from serving.metrics import Metrics, sample
 from serving.settings import Address, ServerSettings
 from store.memory import LocalStore
 from store.protocol import Store
+from worker_server.registry import WorkerRegistry
 from worker_server.server import build_server as build_worker
 
 LOOPBACK = Address("127.0.0.1", 0)
@@ -161,6 +162,7 @@ async def start_harness(
     settings: ServerSettings | None = None,
     auth: Authenticator | None = None,
     store: Store | None = None,
+    registry: WorkerRegistry | None = None,
 ) -> Harness:
     settings = settings or ServerSettings()
     metrics = Metrics()
@@ -171,7 +173,7 @@ async def start_harness(
     )
     metrics.watch_store(serving.store, asyncio.get_running_loop())
     job_server, job_port = build_gateway(serving, LOOPBACK)
-    worker_server, worker_port = build_worker(serving, LOOPBACK)
+    worker_server, worker_port = build_worker(serving, LOOPBACK, registry)
     for server in (job_server, worker_server):
         await server.start()
     await serving.health.set_serving(True)
