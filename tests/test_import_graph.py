@@ -24,6 +24,7 @@ PACKAGES = ("jobgate", "serving", "gateway_server", "worker_server", "store")
 LAYERS = (
     "jobgate.cli._servers",  # the one lazily imported server-command module
     "jobgate.v1",  # the contract: generated stubs and the hand-written limits
+    "jobgate.keda",  # KEDA's external scaler contract: generated stubs only
     "jobgate",  # what users import: client, worker daemon, CLI
     "serving",  # plumbing private to the servers
     "gateway_server",
@@ -35,6 +36,7 @@ LAYERS = (
 # parties by top-level name). A third party not named in THIRD_PARTY is free.
 ALLOWED: dict[str, frozenset[str]] = {
     "jobgate.v1": frozenset({"jobgate.v1"}),
+    "jobgate.keda": frozenset({"jobgate.keda"}),
     "jobgate": frozenset({"jobgate", "jobgate.v1", "grpc", "grpc_status"}),
     "jobgate.cli._servers": frozenset(
         {"jobgate", "jobgate.v1", "serving", "gateway_server", "worker_server", "store"}
@@ -43,7 +45,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"serving", "store", "jobgate.v1", "jobgate", "prometheus_client", "grpc_health"}
         | {"grpc_reflection", "grpc", "grpc_status"}
     ),
-    "gateway_server": frozenset({"gateway_server", "serving", "store", "jobgate.v1", "grpc"}),
+    "gateway_server": frozenset(
+        {"gateway_server", "serving", "store", "jobgate.v1", "jobgate.keda", "grpc"}
+    ),
     "worker_server": frozenset({"worker_server", "serving", "store", "jobgate.v1", "grpc"}),
     "store": frozenset({"store", "redis"}),
 }

@@ -72,6 +72,11 @@ class WorkerRegistry:
     def __len__(self) -> int:
         return len(self._noted)
 
+    @property
+    def pending(self) -> int:
+        """Workers noted since the last write (tests, debugging)."""
+        return sum(entry.dirty for entry in self._noted.values())
+
     def saw(self, worker_id: str, pool: str, models: Sequence[str]) -> None:
         """A call that says what the worker serves (ClaimNext, ReportAndClaim)."""
         entry = self._note(worker_id)
