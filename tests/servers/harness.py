@@ -173,7 +173,7 @@ async def start_harness(
     serving = Serving(
         settings, count_store_errors(inner, metrics), auth or Authenticator(None), metrics
     )
-    metrics.watch_store(serving.store, asyncio.get_running_loop())
+    metrics.watch_store(serving.store, asyncio.get_running_loop(), serving.auth.named_pools())
     keda = scaler(serving) if scaler is not None else None
     job_server, job_port = build_gateway(serving, LOOPBACK, keda)
     worker_server, worker_port = build_worker(serving, LOOPBACK, registry)
