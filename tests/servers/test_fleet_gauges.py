@@ -1,4 +1,4 @@
-"""jobgate_workers{pool}: a series per known pool, 0 included, read at scrape."""
+"""jobgate_workers{pool} (a series per known pool, 0 included) and jobgate_pool_queue_depth."""
 
 from __future__ import annotations
 
@@ -63,3 +63,10 @@ async def test_a_pool_with_queued_jobs_and_no_worker_has_a_series_at_zero(
 ) -> None:
     harness = await make_harness(store=QueuedInPool(StoreSettings()))
     assert await workers_in(harness, "gpu-c") == 0
+
+
+async def test_queued_jobs_are_counted_per_model_and_pool(harness: Harness) -> None:
+    for _ in range(2):
+        await harness.submit("m")
+    depth = await harness.value("jobgate_pool_queue_depth", {"model": "m", "pool": ""})
+    assert depth == 2
