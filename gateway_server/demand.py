@@ -14,12 +14,16 @@ What wakes a watcher (`Store.listen_model`):
 - while it is non-zero, every change too: a running job that ends publishes
   only its id, and the last one ending is what turns the demand to zero.
 
-Bounds: a watcher reads at most once per READ_GAP (a burst of changes is
-one read), so it answers a change within READ_GAP plus one read; without
-any wake-up it reads again after RECHECK (a notification lost while a
-subscription was down is followed by a wake-up of every listener anyway).
-While nothing changes, a trigger costs one read per RECHECK, whatever the
-number of its streams.
+Bounds: a read after a wake-up comes at least READ_GAP after the previous
+one (a burst of changes is one read), and the first wake-up after a quiet
+spell is read at once, so the first Submit to an idle model is told in one
+read; a change is answered within READ_GAP plus one read at worst. The one
+read made on switching topics (the state flipped) is not paced, so a
+trigger flapping between zero and non-zero costs at most two reads per
+READ_GAP. Without any wake-up a watcher reads again after RECHECK (a
+notification lost while a subscription was down is followed by a wake-up
+of every listener anyway). While nothing changes, a trigger costs one read
+per RECHECK, whatever the number of its streams.
 """
 
 from __future__ import annotations
@@ -92,23 +96,26 @@ class DemandWatch:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         model, pool = self.trigger.model, self.trigger.pool
-        last_read = -math.inf
+        last_woken = -math.inf  # when the last read after a wake-up was made
         every_change = False
         try:
             while True:
                 with self._store.listen_model(model, every_change) as listener:
+                    woken = False  # the first read under new topics is never paced
                     while True:
-                        pause = last_read + self._gap - loop.time()
-                        if pause > 0:
+                        pause = last_woken + self._gap - loop.time()
+                        if woken and pause > 0:
                             await asyncio.sleep(pause)  # pacing: a burst is one read
                         listener.clear()  # before the read: a change after it wakes us
+                        if woken:
+                            last_woken = loop.time()
                         demand = await self._store.demand(model, pool)
-                        last_read = loop.time()
                         self.reads += 1
                         self._publish(demand > 0)
                         if (demand > 0) != every_change:
                             break  # listen to what can change it from here
                         await listener.wait(self._recheck)
+                        woken = True
                 every_change = not every_change
         except StoreError as error:
             log.warning("KEDA trigger %s: the store failed: %s", self.trigger, error)
