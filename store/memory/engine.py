@@ -330,7 +330,6 @@ class LocalEngine:
         return dict(self.state.in_flight)
 
     # -- the fleet (store/memory/fleet.py) -------------------------------------
-
     async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
         self.fleet.record(seen)
 
