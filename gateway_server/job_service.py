@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from gateway_server import convert, listing, validate
+from gateway_server import convert, fleet, listing, validate
 from jobgate.v1 import job_service_pb2 as pb
 from jobgate.v1 import job_service_pb2_grpc
 from serving import placement
@@ -139,13 +139,13 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         self, request: pb.ListWorkersRequest, context: Context
     ) -> pb.ListWorkersResponse:
         require_operator(self._caller(context), "ListWorkers")
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListWorkers is not available yet")
+        return fleet.list_workers_response(await self._store.list_workers())
 
     async def ListQueues(
         self, request: pb.ListQueuesRequest, context: Context
     ) -> pb.ListQueuesResponse:
         require_operator(self._caller(context), "ListQueues")
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListQueues is not available yet")
+        return fleet.list_queues_response(await self._store.queue_stats())
 
 
 async def _next(snapshots: AsyncIterator[Job]) -> Job | None:

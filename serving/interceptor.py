@@ -1,6 +1,7 @@
 """The one interceptor every jobgate RPC passes through.
 
-For each jobgate.v1 method it wraps the handler so that:
+For each jobgate.v1 method, and KEDA's external scaler served beside
+JobService, it wraps the handler so that:
 - a request that does not even decode is INVALID_ARGUMENT (not INTERNAL);
 - while draining, a new call is UNAVAILABLE with ErrorInfo SHUTTING_DOWN;
 - in-flight calls are counted, so shutdown can wait for them;
@@ -27,7 +28,8 @@ from serving.lifecycle import Lifecycle
 from serving.metrics import Metrics
 from serving.violations import FieldViolation, ValidationError
 
-WRAPPED_PREFIX = "/jobgate.v1."
+#: The services wrapped: jobgate's own, and KEDA's externalscaler.ExternalScaler.
+WRAPPED_PREFIXES = ("/jobgate.v1.", "/externalscaler.")
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 # The aio context (the stubs lack abort_with_status, hence Any).
@@ -123,7 +125,7 @@ class ServingInterceptor(_Interceptor):
         if wrapped is not None:
             return wrapped
         handler = await continuation(handler_call_details)
-        if handler is None or not method.startswith(WRAPPED_PREFIX):
+        if handler is None or not method.startswith(WRAPPED_PREFIXES):
             return handler
         wrapped = self._wrap(method, handler)
         self._wrapped[method] = wrapped

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from serving.fleet_gauges import FleetCollector
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
     ERROR_LEASE_EXPIRED,
@@ -122,9 +123,13 @@ class Metrics:
             registry=r,
         )
 
-    def watch_store(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
-        """Add the scrape-time queue depth / in-flight collector for `store`."""
+    def watch_store(
+        self, store: Store, loop: asyncio.AbstractEventLoop, pools: Sequence[str] = ()
+    ) -> None:
+        """Add the scrape-time collectors for `store`: queue depth, in flight, and
+        jobgate_workers (a series for each of `pools`, the auth file's, 0 included)."""
         self.registry.register(StoreCollector(store, loop, self))
+        self.registry.register(FleetCollector(store, loop, pools))
 
     def submitted(self, tenant: str, priority: Priority, specs: Sequence[JobSpec]) -> None:
         for spec in specs:

@@ -154,7 +154,8 @@ class Process:
                 self.listeners.append(Listener(builder.name, server, address))
         except ServerStartError as error:
             raise StartError(str(error)) from None
-        serving.metrics.watch_store(serving.store, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        serving.metrics.watch_store(serving.store, loop, serving.auth.named_pools())
         httpd = self._start_metrics(serving.metrics)
         try:
             return await self._run_started(serving)

@@ -25,15 +25,18 @@ from store.model import (
     JobKind,
     JobStatus,
     Priority,
+    QueueStats,
     ReportedAndClaimed,
     ResultRecorded,
     ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
+    WorkerInfo,
+    WorkerSighting,
 )
 from store.policy import claim_classes, claim_limit, claim_models, watch_view
-from store.poll import Listener, long_poll
+from store.poll import EVERY_CHANGE, Listener, long_poll
 from store.protocol import Store
 
 
@@ -116,6 +119,12 @@ class Engine(Protocol):
     def waiting_claims(self, model: str) -> int:
         """Claims blocked waiting for `model` (tests, debugging)."""
         ...
+
+    # the fleet (store/memory/fleet.py, store/redis/fleet.py)
+    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None: ...
+    async def list_workers(self) -> list[WorkerInfo]: ...
+    async def queue_stats(self) -> list[QueueStats]: ...
+    async def demand(self, model: str, pool: str | None) -> int: ...
 
 
 class StoreFront(Store):
@@ -301,3 +310,28 @@ class StoreFront(Store):
     async def in_flight(self) -> dict[str, int]:
         with self._reporting("in_flight"):
             return await self.engine.in_flight()
+
+    # The fleet -----------------------------------------------------------------------
+    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+        if not seen:
+            return
+        with self._reporting("record_workers"):
+            await self.engine.record_workers(seen)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        with self._reporting("list_workers"):
+            return await self.engine.list_workers()
+
+    async def queue_stats(self) -> list[QueueStats]:
+        with self._reporting("queue_stats"):
+            return await self.engine.queue_stats()
+
+    async def demand(self, model: str, pool: str | None) -> int:
+        with self._reporting("demand"):
+            return await self.engine.demand(model, pool)
+
+    def listen_model(
+        self, model: str, every_change: bool = False
+    ) -> contextlib.AbstractContextManager[Listener]:
+        topics = [f"r {model}", f"q {model}"]
+        return self.engine.listen([*topics, EVERY_CHANGE] if every_change else topics)

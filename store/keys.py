@@ -156,6 +156,17 @@ class Keys:
         return self.prefix + "settings"
 
     @property
+    def workers(self) -> str:
+        """Hash: worker id -> its pool and models (JSON). The worker registry
+        (store/workers.py); a deployment keeps it in partition 0 only."""
+        return self.prefix + "workers"
+
+    @property
+    def workers_seen(self) -> str:
+        """Sorted set: worker id scored by when it was last seen (ms); partition 0 only."""
+        return self.prefix + "workers_seen"
+
+    @property
     def leader(self) -> str:
         """String: the recovery leader's holder id, with a PX expiry."""
         return self.prefix + "leader"

@@ -268,6 +268,8 @@ class ClaimedJob:
 class HeartbeatResult:
     lease_expire_time: datetime
     cancel_requested: bool
+    #: The lease's worker (a heartbeat names no worker: the registry learns it here).
+    worker_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,22 @@ class JobPage:
 
 
 # -- the fleet ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSighting:
+    """A worker-server saw a worker call it: what `Store.record_workers` writes.
+
+    `age`: how long before the write the call came (the store stamps it with
+    its own clock, less the age). `pool` is None when the call did not say
+    what the worker serves (a heartbeat or a result names a lease, not a
+    pool): the pool and models recorded before are kept.
+    """
+
+    worker_id: str
+    age: timedelta = timedelta(0)
+    pool: str | None = None
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 
+#: A listener of this topic hears every wake-up (any job's change), on every engine.
+EVERY_CHANGE = "*"
+
 
 class Listener(Protocol):
     """Waits for any wake-up among its topics (e.g. "r gpt-small", "j 01H...")."""

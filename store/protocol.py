@@ -70,6 +70,7 @@ Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Protocol
@@ -83,13 +84,17 @@ from store.model import (
     JobEvent,
     JobStatus,
     Priority,
+    QueueStats,
     ReportedAndClaimed,
     ResultRecorded,
     ResultReport,
     StoreSettings,
     SubmitRequest,
     SubmitResult,
+    WorkerInfo,
+    WorkerSighting,
 )
+from store.poll import Listener
 
 
 class Store(Protocol):
@@ -259,3 +264,48 @@ class Store(Protocol):
 
     async def in_flight(self) -> dict[str, int]:
         """PROCESSING jobs (live leases) per model. O(models)."""
+
+    # -- the fleet (ListWorkers, ListQueues, KEDA's scaler) --------------------
+
+    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+        """Write a batch of sightings to the worker registry, in one round trip.
+
+        Each entry gets the store's clock less the sighting's age; a later
+        sighting never moves `last_seen` back; a sighting without a pool
+        keeps the recorded pool and models. Entries not seen for
+        `store.workers.retention()` are dropped here (store/workers.py).
+        Redis keeps the registry in partition 0.
+        """
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Every worker seen in the last 120 s or holding a live lease, most recently
+        seen first, with the jobs it holds live leases on (store/workers.py `listed`).
+
+        O(registered workers + live leases).
+        """
+
+    async def queue_stats(self) -> list[QueueStats]:
+        """One entry per (model, priority, pool) with queued or processing jobs.
+
+        A PROCESSING job counts under the pool it is bound to;
+        `oldest_queued_time` is when the longest-waiting QUEUED job became
+        QUEUED (None when none is). Costs: each backend's docstring.
+        """
+
+    async def demand(self, model: str, pool: str | None) -> int:
+        """QUEUED + PROCESSING jobs of `model` that workers of `pool` could take or run:
+        those bound to `pool` or to any pool; every job of the model when `pool` is None.
+
+        KEDA's metric (gateway_server/scaler.py). O(priorities x partitions).
+        """
+
+    def listen_model(
+        self, model: str, every_change: bool = False
+    ) -> contextlib.AbstractContextManager[Listener]:
+        """Wake-ups that may change `model`'s demand (a level-triggered Listener, store/poll.py).
+
+        A job of the model became claimable ("r"), or its queue shrank
+        ("q"); with `every_change`, any job's change too (a running job that
+        ends publishes only its id, not its model). Raises StoreUnavailable
+        on a closed store.
+        """

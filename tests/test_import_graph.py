@@ -22,11 +22,11 @@ PACKAGES = ("jobgate", "serving", "gateway_server", "worker_server", "store")
 
 # Layers, most specific first: a module belongs to the first that prefixes it.
 LAYERS = (
-    "jobgate.cli._servers",  # the one lazily imported server-command module
-    "jobgate.console",  # the web console: the only user of the web stack
     "jobgate.cli._servers",  # the lazily imported server commands
+    "jobgate.console",  # the web console: the only user of the web stack
     "jobgate.cli._events",  # the lazily imported `jobgate events` (the store, no server)
     "jobgate.v1",  # the contract: generated stubs and the hand-written limits
+    "jobgate.keda",  # KEDA's external scaler contract: generated stubs only
     "jobgate",  # what users import: client, worker daemon, CLI
     "serving",  # plumbing private to the servers
     "gateway_server",
@@ -38,6 +38,7 @@ LAYERS = (
 # parties by top-level name). A third party not named in THIRD_PARTY is free.
 ALLOWED: dict[str, frozenset[str]] = {
     "jobgate.v1": frozenset({"jobgate.v1"}),
+    "jobgate.keda": frozenset({"jobgate.keda"}),
     "jobgate": frozenset({"jobgate", "jobgate.v1", "jobgate.console", "grpc", "grpc_status"}),
     "jobgate.console": frozenset(
         {"jobgate.console", "jobgate", "jobgate.v1", "grpc", "grpc_status"}
@@ -53,7 +54,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"serving", "store", "jobgate.v1", "jobgate", "prometheus_client", "grpc_health"}
         | {"grpc_reflection", "grpc", "grpc_status"}
     ),
-    "gateway_server": frozenset({"gateway_server", "serving", "store", "jobgate.v1", "grpc"}),
+    "gateway_server": frozenset(
+        {"gateway_server", "serving", "store", "jobgate.v1", "jobgate.keda", "grpc"}
+    ),
     "worker_server": frozenset({"worker_server", "serving", "store", "jobgate.v1", "grpc"}),
     "store": frozenset({"store", "redis", "jobgate.v1"}),
 }

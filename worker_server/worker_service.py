@@ -20,6 +20,7 @@ from serving.shared import Serving
 from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
 from store.model import ClaimedJob, Job, JobStatus, ReportAnswer, ResultRecorded
 from worker_server import convert, validate
+from worker_server.registry import WorkerRegistry
 
 log = logging.getLogger("jobgate.worker_server")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -29,10 +30,12 @@ _DEADLINE_MARGIN = timedelta(milliseconds=500)
 
 
 class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, serving: Serving) -> None:
+    def __init__(self, serving: Serving, registry: WorkerRegistry | None = None) -> None:
         self._serving = serving
         self._store = serving.store
         self._releasing: set[asyncio.Task[None]] = set()
+        # who calls, for ListWorkers: noted per call, written in batches
+        self.registry = registry if registry is not None else WorkerRegistry(serving.store)
 
     def _authorize(self, context: Context) -> Caller:
         # Workers serve every tenant (a shared fleet); the lease id proves ownership.
@@ -44,10 +47,13 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         caller = self._authorize(context)
         validate.claim_next(request)
         pool = placement.claim_pool(caller, request.pool)
+        self.registry.saw(request.worker_id, pool, request.models)
         wait = _wait(request, context)
         claimed = await self._claim(
             request.worker_id, request.models, pool, request.max_jobs or 1, wait, context
         )
+        if wait:  # a long poll: the worker was there all along
+            self.registry.saw(request.worker_id, pool, request.models)
         return pb.ClaimNextResponse(jobs=[convert.claimed_job(item) for item in claimed])
 
     def _release_later(self, claimed: Sequence[ClaimedJob]) -> None:
@@ -75,6 +81,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         result = await self._store.heartbeat(
             request.job_id, request.lease_id, request.progress, request.stage
         )
+        self.registry.touched(result.worker_id)  # the request names no worker: the lease does
         return convert.heartbeat_response(result)
 
     async def SetResult(
@@ -83,6 +90,7 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize(context)
         validate.set_result(request, self._serving.settings.max_payload_bytes)
         job = await self._record(request)
+        self.registry.touched(job.worker_id)
         return pb.SetResultResponse(job=job_to_proto(job))
 
     async def ReportAndClaim(
@@ -91,6 +99,10 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         caller = self._authorize(context)
         validate.report_and_claim(request, self._serving.settings.max_payload_bytes)
         pool = placement.claim_pool(caller, request.pool)
+        if request.models:
+            self.registry.saw(request.worker_id, pool, request.models)
+        else:  # a report alone says nothing of what the worker serves
+            self.registry.touched(request.worker_id)
         response = pb.ReportAndClaimResponse()
         # Each beat is its own store step; sent together, a worker's batch of
         # beats costs one round trip of wall time, not one per held job.

@@ -15,10 +15,11 @@
     ARGV[..]     the declaration tail (includes/declared.lua): the job id
 
   Output:
-    {1, lease_deadline_ms, cancel_requested (0|1)}
+    {1, lease_deadline_ms, cancel_requested (0|1), worker_id (the lease's worker,
+    for the worker registry: a heartbeat names no worker)}
     {-1}  JOB_NOT_FOUND: no record (expired, or never existed)
     {-2}  LEASE_LOST: not the job's live lease (changes nothing)
-    A job cancelled while this lease held it answers {1, old deadline, 1}.
+    A job cancelled while this lease held it answers {1, old deadline, 1, worker_id}.
 
   Transitions: none (the lease deadline in `leases` moves). Under OOM it still
   runs: oom_guard writes first. Publishes "j <id>" when progress or stage
@@ -31,14 +32,14 @@
 local id = ARGV[5]
 local key = jk(id)
 local f = redis.call('HMGET', key, 'status', 'lease_id', 'lease_deadline', 'progress', 'stage',
-  'cancel_requested')
+  'cancel_requested', 'worker_id')
 if not f[1] then
   return {RC.JOB_NOT_FOUND}
 end
 -- store/policy.py heartbeat_verdict, as the table it generated
 local verdict = HEARTBEAT_VERDICT[f[1] .. '|' .. flags(f[2] == ARGV[6], f[6] == '1')]
 if verdict == VERDICT.CANCEL_REQUESTED then
-  return {1, tonumber(f[3]), 1}
+  return {1, tonumber(f[3]), 1, f[7] or ''}
 elseif verdict ~= VERDICT.APPLY then
   return {RC.LEASE_LOST}
 end
@@ -54,4 +55,4 @@ if tonumber(ARGV[7]) ~= tonumber(f[4]) or stage ~= f[5] then
   redis.call('HSET', key, 'update_time', NOW)
   notify('j', id)
 end
-return {1, deadline, 0}
+return {1, deadline, 0, f[7] or ''}

@@ -40,7 +40,7 @@ local OP_TTL_MS = 60000  -- as includes/once.lua
 
 local function release_one(id, lease_id)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'lease_id', 'model', 'parent_id')
+  local f = redis.call('HMGET', key, 'status', 'lease_id', 'model', 'parent_id', 'pool')
   if f[1] ~= ST.PROCESSING or f[2] ~= lease_id then
     return 0
   end
@@ -52,7 +52,7 @@ local function release_one(id, lease_id)
     finish(id, ST.CANCELLED, ERR.CANCELLED, MSG_GROUP_CANCELLED)
     return 1
   end
-  leave_processing(id, f[3])
+  leave_processing(id, queue_class(f[3], f[5]))
   to_queued(id, ST.PROCESSING, 0)
   return 1
 end

@@ -34,6 +34,7 @@ from store.errors import (
     StoreUnavailable,
     ignore_failure,
 )
+from store.memory.fleet import LocalFleet
 from store.memory.record import Outcome, Record
 from store.memory.state import State, dt, event_number
 from store.memory.waiters import LocalListener, Waiters
@@ -49,6 +50,7 @@ from store.model import (
     JobSpec,
     JobStatus,
     Priority,
+    QueueStats,
     ReportAnswer,
     ReportedAndClaimed,
     ResultRecorded,
@@ -56,6 +58,8 @@ from store.model import (
     StoreSettings,
     SubmitRequest,
     SubmitResult,
+    WorkerInfo,
+    WorkerSighting,
 )
 from store.policy import Verdict
 
@@ -70,6 +74,7 @@ class LocalEngine:
         self.settings = settings
         self.on_failure: FailureHook = ignore_failure
         self.state = State(settings, clock)
+        self.fleet = LocalFleet(self.state, self._check_open)
         self._closed = False
         self._leader: tuple[str, float] | None = None
         # Replaced on every wake-up: event readers hold the old one, which gets set.
@@ -194,7 +199,7 @@ class LocalEngine:
             record.status, bool(lease_id) and record.lease_id == lease_id, record.cancel_requested
         )
         if verdict is Verdict.CANCEL_REQUESTED:
-            return HeartbeatResult(dt(record.lease_deadline), cancel_requested=True)
+            return HeartbeatResult(dt(record.lease_deadline), True, record.worker_id)
         if verdict is not Verdict.APPLY:
             raise LeaseLost(
                 f"lease {lease_id} is not the live lease of job {job_id}", job_id=job_id
@@ -206,7 +211,7 @@ class LocalEngine:
             record.progress, record.stage = progress, stage
             record.update_time = now
             self._wake(record.id)  # progress changes are not events
-        return HeartbeatResult(dt(record.lease_deadline), cancel_requested=False)
+        return HeartbeatResult(dt(record.lease_deadline), False, record.worker_id)
 
     async def record_result(
         self, job_id: str, lease_id: str, report: ResultReport
@@ -322,7 +327,24 @@ class LocalEngine:
 
     async def in_flight(self) -> dict[str, int]:
         self._check_open()
-        return dict(self.state.in_flight)
+        flights: dict[str, int] = {}
+        for job_class, count in self.state.in_flight.items():
+            model = policy.class_parts(job_class)[0]
+            flights[model] = flights.get(model, 0) + count
+        return flights
+
+    # -- the fleet (store/memory/fleet.py) -------------------------------------
+    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+        self.fleet.record(seen)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return self.fleet.workers()
+
+    async def queue_stats(self) -> list[QueueStats]:  # pools: the lead replaces this body
+        return self.fleet.queue_stats()
+
+    async def demand(self, model: str, pool: str | None) -> int:  # pools: the lead replaces it
+        return self.fleet.demand(model, pool)
 
     # -- submit --------------------------------------------------------------
 

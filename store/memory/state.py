@@ -101,7 +101,7 @@ class State:
         self.passes: dict[tuple[str, Priority, str], float] = {}
         self.live_by_tenant: dict[str, int] = {}
         self.live_total = 0
-        self.in_flight: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}  # queue class -> PROCESSING jobs
         # Deadline heaps; an entry is acted on only if the record still matches it.
         self.leases = Deadlines(lease_is_current)
         self.runs = Deadlines(run_is_current)
@@ -186,9 +186,10 @@ class State:
         record.update_time = now
         if record.kind is not JobKind.GROUP:
             if before is JobStatus.PROCESSING:
-                self.in_flight[record.model] -= 1
+                self.in_flight[policy.queue_class(record.model, record.pool)] -= 1
             if to is JobStatus.PROCESSING:
-                self.in_flight[record.model] = self.in_flight.get(record.model, 0) + 1
+                job_class = policy.queue_class(record.model, record.pool)
+                self.in_flight[job_class] = self.in_flight.get(job_class, 0) + 1
         self.emit(record, before, now)
 
     def emit(self, record: Record, before: JobStatus | None, now: float) -> None:

@@ -1,9 +1,10 @@
 """In-process wake-ups by topic, routed like RedisEngine's messages.
 
-Topics: "j <id>" (a job changed), "q <model>" (its queue moved) and
-"r <model>" (a job became claimable). A `LocalListener` is level triggered
-like the Redis one (store/poll.py `Listener`): clear it, read the state,
-then wait; a wake-up after the clear is never lost. Its first topics are its
+Topics: "j <id>" (a job changed), "q <model>" (its queue moved),
+"r <model>" (a job became claimable) and EVERY_CHANGE (any of them). A
+`LocalListener` is level triggered like the Redis one (store/poll.py
+`Listener`): clear it, read the state, then wait; a wake-up after the clear
+is never lost. Its first topics are its
 own (a wake-up there is urgent); topics added later only say that something
 nearby moved, which `settle` lets a watcher take its time over.
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable, Iterator
+
+from store.poll import EVERY_CHANGE
 
 
 class LocalListener:
@@ -78,9 +81,14 @@ class Waiters:
         return len(self._by_topic.get(topic, ()))
 
     def wake(self, topics: Iterable[str]) -> None:
+        woken = False
         for topic in topics:
+            woken = True
             for listener in self._by_topic.get(topic, ()):
                 listener.wake(topic)
+        if woken:  # EVERY_CHANGE listeners hear any wake-up
+            for listener in self._by_topic.get(EVERY_CHANGE, ()):
+                listener.wake(EVERY_CHANGE)
 
     def wake_all(self) -> None:
         for topic, listening in list(self._by_topic.items()):

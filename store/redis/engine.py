@@ -55,6 +55,7 @@ from store.model import (
     Job,
     JobEvent,
     Priority,
+    QueueStats,
     ReportAnswer,
     ReportedAndClaimed,
     ResultRecorded,
@@ -62,9 +63,12 @@ from store.model import (
     StoreSettings,
     SubmitRequest,
     SubmitResult,
+    WorkerInfo,
+    WorkerSighting,
 )
 from store.policy import class_parts, position_settle
 from store.redis.connection import Connection, text, translated
+from store.redis.fleet import RedisFleet
 from store.redis.hints import Hints
 from store.redis.ids import PartitionIds, new_ulid, partition_of
 from store.redis.notify import ANY_MESSAGE, Listener
@@ -169,6 +173,7 @@ class RedisEngine:
         # that gateways started together do not fill partition 0 first
         self._turn = itertools.count(random.randrange(partitions))
         self._others = OtherPartitions(self.connection, self.parts, self._hints)
+        self.fleet = RedisFleet(self.connection, self.parts, settings)
         self._pending: set[asyncio.Future[None]] = set()  # releases of abandoned claims
         self._event_waits = 0
         self.waiter_reads = self.connection.waiter_reads
@@ -669,6 +674,19 @@ class RedisEngine:
             for model, count in counts.items():
                 totals[model] = totals.get(model, 0) + count
         return totals
+
+    # The fleet (store/redis/fleet.py: the registry lives in partition 0) -----------
+    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+        await self.fleet.record(seen)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self.fleet.workers()
+
+    async def queue_stats(self) -> list[QueueStats]:  # pools: the lead replaces this body
+        return await self.fleet.queue_stats()
+
+    async def demand(self, model: str, pool: str | None) -> int:  # pools: the lead replaces it
+        return await self.fleet.demand(model, pool)
 
 
 def _id_source(ids: PartitionIds, index: int) -> Callable[[], str]:

@@ -55,6 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
 from store.errors import StoreUnavailable
+from store.poll import EVERY_CHANGE
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ _RECONNECT_SECONDS = 0.2
 #: A listener of this topic hears every message (the partitioned store's
 #: blocking events read: any transition may have appended an event). It
 #: needs the changes channel: every event a script appends comes with a "j".
-ANY_MESSAGE = "*"
+ANY_MESSAGE = EVERY_CHANGE
 #: The message kinds (a message's first word) each channel carries.
 READY = frozenset({"r"})
 CHANGES = frozenset({"j", "q"})

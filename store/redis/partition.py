@@ -460,9 +460,7 @@ class Partition:
         ]
         reply = await self.call(ScriptCall("heartbeat", args, Declared([job_id])))
         _check_code(reply, job_id)
-        return HeartbeatResult(
-            lease_expire_time=ms_to_datetime(reply[1]), cancel_requested=bool(reply[2])
-        )
+        return HeartbeatResult(ms_to_datetime(reply[1]), bool(reply[2]), text(reply[3]))
 
     def _backoff(self) -> list[ArgValue]:
         s = self.settings
@@ -635,7 +633,9 @@ class Partition:
             counts: Any = await client.hgetall(self.keys.in_flight)
         flat = record([item for pair in counts.items() for item in pair])
         result = {class_parts(m.decode())[0]: 0 for m in models}
-        result.update({model: int(count) for model, count in flat.items()})
+        for job_class, count in flat.items():  # per queue class: summed per model
+            model = class_parts(job_class)[0]
+            result[model] = result.get(model, 0) + int(count)
         return result
 
     async def drain(self) -> None:

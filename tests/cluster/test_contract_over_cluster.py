@@ -18,6 +18,7 @@ from tests.store.test_contract_batch import *  # noqa: F403
 from tests.store.test_contract_cancel import *  # noqa: F403
 from tests.store.test_contract_claim import *  # noqa: F403
 from tests.store.test_contract_failures import *  # noqa: F403
+from tests.store.test_contract_fleet import *  # noqa: F403
 from tests.store.test_contract_groups import *  # noqa: F403
 from tests.store.test_contract_observe import *  # noqa: F403
 from tests.store.test_contract_recovery import *  # noqa: F403

@@ -22,6 +22,8 @@ DESIGN_METRICS = frozenset(
         "jobgate_leases_expired_total",
         "jobgate_store_up",
         "jobgate_store_errors_total",
+        "jobgate_pool_queue_depth",
+        "jobgate_workers",
         "grpc_server_started_total",
         "grpc_server_handled_total",
         "grpc_server_handling_seconds",

@@ -51,6 +51,8 @@ def test_dashboard_shows_what_operators_watch() -> None:
     assert shown("jobgate_jobs_in_flight")
     assert shown("jobgate_leases_expired_total")
     assert shown("sum by (grpc_code)", "grpc_server_handled_total")
+    assert shown("by (pool)", "jobgate_workers")
+    assert shown("sum by (pool)", "jobgate_pool_queue_depth")
 
 
 def test_every_query_parses_as_promql(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ EXPECTED_ALERTS = {
     "JobgateStoreDown",
     "JobgateLeasesExpiring",
     "JobgateNoWorkersClaiming",
+    "JobgatePoolHasNoWorker",
     "JobgateTargetDown",
 }
 

@@ -11,6 +11,7 @@ import pytest
 from tests.sentinel_servers import SentinelDeployment
 from tests.store.conftest import make_store, pushed_wake_ups_only, store
 from tests.store.test_contract_claim import *  # noqa: F403
+from tests.store.test_contract_fleet import *  # noqa: F403
 from tests.store.test_contract_submit import *  # noqa: F403
 
 pytestmark = pytest.mark.redis

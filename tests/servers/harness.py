@@ -8,7 +8,7 @@ failed call into its code and google.rpc details.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from gateway_server.scaler import ExternalScaler
 from gateway_server.server import build_server as build_gateway
 from jobgate.v1 import (
     job_pb2,
@@ -33,6 +34,7 @@ from serving.settings import Address, ServerSettings
 from serving.shared import Serving
 from store.memory import LocalStore
 from store.protocol import Store
+from worker_server.registry import WorkerRegistry
 from worker_server.server import build_server as build_worker
 
 LOOPBACK = Address("127.0.0.1", 0)
@@ -161,6 +163,8 @@ async def start_harness(
     settings: ServerSettings | None = None,
     auth: Authenticator | None = None,
     store: Store | None = None,
+    registry: WorkerRegistry | None = None,
+    scaler: Callable[[Serving], ExternalScaler] | None = None,
 ) -> Harness:
     settings = settings or ServerSettings()
     metrics = Metrics()
@@ -169,9 +173,10 @@ async def start_harness(
     serving = Serving(
         settings, count_store_errors(inner, metrics), auth or Authenticator(None), metrics
     )
-    metrics.watch_store(serving.store, asyncio.get_running_loop())
-    job_server, job_port = build_gateway(serving, LOOPBACK)
-    worker_server, worker_port = build_worker(serving, LOOPBACK)
+    metrics.watch_store(serving.store, asyncio.get_running_loop(), serving.auth.named_pools())
+    keda = scaler(serving) if scaler is not None else None
+    job_server, job_port = build_gateway(serving, LOOPBACK, keda)
+    worker_server, worker_port = build_worker(serving, LOOPBACK, registry)
     for server in (job_server, worker_server):
         await server.start()
     await serving.health.set_serving(True)

@@ -152,13 +152,11 @@ async def test_operator_methods_are_permission_denied_to_clients_and_workers(
         assert (await fails(call)).code is grpc.StatusCode.PERMISSION_DENIED
 
 
-async def test_admin_token_passes_the_operator_check(secured: Harness) -> None:
+async def test_admin_token_may_call_the_operator_methods(secured: Harness) -> None:
     for call in operator_calls(secured, bearer("ops-token")):
-        code = (await fails(call)).code  # UNIMPLEMENTED until the store lists them
-        assert code not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+        await call  # type: ignore[misc]
 
 
 async def test_open_mode_allows_the_operator_methods(harness: Harness) -> None:
     for call in operator_calls(harness, ()):
-        code = (await fails(call)).code  # UNIMPLEMENTED until the store lists them
-        assert code not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+        await call  # type: ignore[misc]

@@ -33,6 +33,7 @@ from store.model import (
     ResultReport,
     StoreSettings,
     SubmitRequest,
+    WorkerSighting,
 )
 from store.policy import lua_policy
 from store.redis import RedisStore
@@ -339,6 +340,9 @@ async def exercise(store: RedisStore, fast: RedisStore, cold: RedisStore) -> Non
     await assert_eventually(lambda: _recovered(store, timed.id, JobStatus.QUEUED))
     await assert_eventually(lambda: _recovered(store, late.id, JobStatus.FAILED))
     assert await store.acquire_leadership("audit", timedelta(seconds=5))
+    # the worker registry: a write, a read
+    await store.record_workers([WorkerSighting("w1", timedelta(0), "gpu", ("m-read",))])
+    assert await store.list_workers()
     await exercise_cold(store, cold)
     await exercise_partitioned(store.engine.connection.url)
 

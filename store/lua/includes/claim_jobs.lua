@@ -57,7 +57,8 @@ end
 
 local function claim_one(id, lease_id, worker_id, lease_ms, score, priority)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id', 'weight')
+  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id', 'weight',
+    'pool')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
     redis.call('ZREM', K_RETRIES, id)
@@ -83,7 +84,7 @@ local function claim_one(id, lease_id, worker_id, lease_ms, score, priority)
   if run_timeout > 0 then
     redis.call('ZADD', K_RUN, NOW + run_timeout, id)
   end
-  redis.call('HINCRBY', K_INFLIGHT, f[2], 1)
+  redis.call('HINCRBY', K_INFLIGHT, queue_class(f[2], f[6]), 1)
   emit(id, ST.QUEUED, ST.PROCESSING)
   notify('j', id)
   notify('q', f[2])

@@ -8,7 +8,7 @@
 --   KEYS[5]  queue_timeouts  zset       QUEUED ids by queue-timeout deadline (ms)
 --   KEYS[6]  live            hash       tenant -> live job count
 --   KEYS[7]  live_total      string     live job count, all tenants
---   KEYS[8]  in_flight       hash       model -> PROCESSING count
+--   KEYS[8]  in_flight       hash       queue class -> PROCESSING count
 --   KEYS[9]  models          set        every model seen
 --   KEYS[10] seq             string     the last ready-queue score handed out (microseconds, next_seq)
 --   ARGV[1]  ready channel   the partition's pub/sub channel for "r" (not a key)
@@ -147,11 +147,11 @@ local function backoff_ms(attempts, base_ms, max_ms)
   return math.min(delay, max_ms)
 end
 
--- A PROCESSING job gives up its lease (it stays live).
-local function leave_processing(id, model)
+-- A PROCESSING job of queue class `class` gives up its lease (it stays live).
+local function leave_processing(id, class)
   redis.call('ZREM', K_LEASES, id)
   redis.call('ZREM', K_RUN, id)
-  redis.call('HINCRBY', K_INFLIGHT, model, -1)
+  redis.call('HINCRBY', K_INFLIGHT, class, -1)
 end
 
 -- HELD or PROCESSING -> QUEUED, claimable now (delay 0) or after delay_ms.
@@ -292,7 +292,7 @@ finish = function(id, status, error_code, error_message)
   elseif from == ST.HELD then
     redis.call('ZREM', held_key(parent_id), id)
   elseif from == ST.PROCESSING and kind ~= KIND.GROUP then
-    redis.call('HINCRBY', K_INFLIGHT, model, -1)
+    redis.call('HINCRBY', K_INFLIGHT, queue_class(model, f[7]), -1)
   end
   if kind ~= KIND.GROUP then
     redis.call('HINCRBY', K_LIVE, tenant, -1)
@@ -318,7 +318,7 @@ end
 -- FAILED with ATTEMPTS_EXHAUSTED past max_attempts.
 local function retry_or_exhaust(id, error_code, error_message, delay_ms)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model', 'parent_id')
+  local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model', 'parent_id', 'pool')
   -- a running child may finish its attempt after its group was cancelled,
   -- but a retry would queue work for a cancelled group
   if f[4] and f[4] ~= '' and redis.call('HGET', jk(f[4]), 'status') == ST.CANCELLED then
@@ -334,6 +334,6 @@ local function retry_or_exhaust(id, error_code, error_message, delay_ms)
     return
   end
   redis.call('HSET', key, 'error_code', error_code, 'error_message', error_message)
-  leave_processing(id, f[3])
+  leave_processing(id, queue_class(f[3], f[5]))
   to_queued(id, ST.PROCESSING, delay_ms)
 end
