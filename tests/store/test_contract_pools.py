@@ -111,3 +111,23 @@ async def test_ready_counts_are_kept_per_pool(store: Store) -> None:
     counts = {key: n for key, n in (await store.ready_counts()).items() if n}
     assert counts == {(MODEL, Priority.BATCH, "onprem"): 2, (MODEL, Priority.BATCH, ""): 1}
     assert (await store.queue_depths())[(MODEL, Priority.BATCH)] == 3
+
+
+async def test_queue_stats_count_each_pool_apart(store: Store) -> None:
+    await submit_one(store, pool="onprem")
+    await submit_one(store, pool="onprem")
+    await submit_one(store)
+    await store.claim("w1", [MODEL], pool="onprem")  # the oldest: an onprem job
+    stats = {(s.pool, s.queued, s.processing) for s in await store.queue_stats()}
+    assert stats == {("onprem", 1, 1), ("", 1, 0)}
+
+
+async def test_demand_counts_what_a_pools_workers_could_take(store: Store) -> None:
+    await submit_one(store, pool="onprem")
+    await submit_one(store, pool="cloud")
+    await submit_one(store)
+    await store.claim("w1", [MODEL], pool="cloud")
+    assert await store.demand(MODEL, "onprem") == 2  # its own job and the any-pool one
+    assert await store.demand(MODEL, "cloud") == 2  # its running job and the any-pool one
+    assert await store.demand(MODEL, "gpu") == 1  # only the any-pool job
+    assert await store.demand(MODEL, None) == 3
