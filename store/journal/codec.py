@@ -92,12 +92,16 @@ def _json_codec(hint: Any, where: str) -> tuple[Encode, Decode]:
         return _optional(to_json), _optional(from_json)
     if origin is dict:
         key_to, key_from = _json_codec(args[0], where)
-        if args[0] is not str and not (isinstance(args[0], type) and issubclass(args[0], str)):
-            raise TypeError(f"{where}: dict keys must be strings for JSON, not {args[0]!r}")
         value_to, value_from = _json_codec(args[1], where)
+        if args[0] is str:
+            return (
+                lambda value: {key_to(k): value_to(v) for k, v in value.items()},
+                lambda value: {key_from(k): value_from(v) for k, v in value.items()},
+            )
+        # other keys (tuples, enums) as a list of [key, value] pairs
         return (
-            lambda value: {key_to(k): value_to(v) for k, v in value.items()},
-            lambda value: {key_from(k): value_from(v) for k, v in value.items()},
+            lambda value: [[key_to(k), value_to(v)] for k, v in value.items()],
+            lambda value: {key_from(k): value_from(v) for k, v in value},
         )
     if origin is list:
         item_to, item_from = _json_codec(args[0], where)
@@ -112,6 +116,11 @@ def _json_codec(hint: Any, where: str) -> tuple[Encode, Decode]:
             lambda value: tuple(back(item) for (_, back), item in zip(pairs, value, strict=True)),
         )
     raise TypeError(f"{where}: no codec for type {hint!r}")
+
+
+def json_value_codec(hint: Any, where: str) -> tuple[Encode, Decode]:
+    """To and from a JSON-able value for `hint` (the journal's meta values)."""
+    return _json_codec(hint, where)
 
 
 def _container_codec(hint: Any, where: str) -> tuple[Encode, Decode]:

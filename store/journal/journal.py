@@ -150,7 +150,7 @@ class Journal(Generic[S]):
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobgate-journal")
         try:
             await self._run(self.writer.open)
-            state: S = await self._run(lambda: build(self.writer.load(self._want_blob)))
+            state: S = await self._run(lambda: build(self._load()))
             self._room = await self._run(self.writer.room)
             self._reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         except BaseException:
@@ -160,15 +160,20 @@ class Journal(Generic[S]):
         self._flusher = asyncio.create_task(self._flush_forever(), name="jobgate-journal-flush")
         return state
 
+    def _load(self) -> Loaded:
+        loaded = self.writer.load(self._want_blob)
+        self._written_meta = {name: _json(value) for name, value in loaded.meta.items()}
+        return loaded
+
     def attach(self, records: Mapping[Any, Any], meta: Callable[[], Mapping[str, Any]]) -> None:
-        """Where sealing reads the marked records (by key) and the meta values."""
+        """Where sealing reads the marked records (by key) and the meta values (JSON-able;
+        written in the next commit where they differ from the file's)."""
         self._records = records
         self._meta = meta
-        self._written_meta = {name: _json(value) for name, value in meta().items()}
 
     async def reload(self, build: Callable[[Loaded], S]) -> S:
         """After a failed commit: the owner's state built again from the file."""
-        state: S = await self._run(lambda: build(self.writer.load(self._want_blob)))
+        state: S = await self._run(lambda: build(self._load()))
         return state
 
     def resume(self) -> None:
@@ -359,7 +364,6 @@ class Journal(Generic[S]):
         self._events = []
         self._lazy_due = None
         self._pending_bytes = 0
-        self._written_meta = {}
         self._failure = failure
         self.on_diverged()
 

@@ -34,6 +34,9 @@ from store.errors import (
     StoreUnavailable,
     ignore_failure,
 )
+from store.journal import Journal, Loaded
+from store.memory import durable
+from store.memory.changes import IN_MEMORY, Changes
 from store.memory.record import Outcome, Record
 from store.memory.state import State, dt, event_number
 from store.memory.waiters import LocalListener, Waiters
@@ -64,12 +67,26 @@ _NO_RECHECK = 3600.0
 
 
 class LocalEngine:
-    """The Store's transitions in process memory. Not durable: state dies with the process."""
+    """The Store's transitions in process memory; with a `journal`, also in its directory.
 
-    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
+    Without one, state dies with the process. With one (store/memory/durable.py)
+    `open` loads the state from the file, every change is marked in the journal
+    as it happens, and `settled` (which the front awaits before any answer
+    leaves) waits for the commit that holds it.
+    """
+
+    def __init__(
+        self,
+        settings: StoreSettings,
+        clock: Callable[[], float] = time.time,
+        journal: Journal[State] | None = None,
+    ) -> None:
         self.settings = settings
         self.on_failure: FailureHook = ignore_failure
-        self.state = State(settings, clock)
+        self._clock = clock
+        self._journal = journal
+        self._reloading: asyncio.Task[None] | None = None
+        self.state = State(settings, clock, self._changes())
         self._closed = False
         self._leader: tuple[str, float] | None = None
         # Replaced on every wake-up: event readers hold the old one, which gets set.
@@ -83,14 +100,58 @@ class LocalEngine:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def journal(self) -> Journal[State] | None:
+        """Where the state is kept on disk; None in memory."""
+        return self._journal
+
     # -- lifecycle -----------------------------------------------------------
 
     async def open(self) -> None:
         self._closed = False
+        if self._journal is not None:
+            self._restored(await self._journal.open(self._restore))
+            self._journal.on_diverged = self._reload
 
     async def close(self) -> None:
         self._closed = True
         self._wake()
+        if self._journal is not None:
+            await self._journal.close()
+
+    async def settled(self) -> None:
+        """Return once every change made so far is durable (at once in memory)."""
+        if self._journal is not None:
+            await self._journal.settled()
+
+    # -- the journal (store/memory/durable.py) ----------------------------------
+
+    def _changes(self) -> Changes:
+        return IN_MEMORY if self._journal is None else durable.JournalChanges(self._journal)
+
+    def _restore(self, loaded: Loaded) -> State:
+        return durable.restore(self.settings, self._clock, loaded, self._changes())
+
+    def _restored(self, state: State) -> None:
+        assert self._journal is not None
+        self.state = state
+        self._journal.attach(state.jobs, lambda: durable.meta_of(self.state))
+        self._woken_through = state.next_event
+
+    def _reload(self) -> None:
+        """A commit failed: memory went past the file. Rebuild it from the file."""
+        if self._closed or self._reloading is not None:
+            return
+        self._reloading = asyncio.create_task(self._reload_now())
+
+    async def _reload_now(self) -> None:
+        assert self._journal is not None
+        try:
+            self._restored(await self._journal.reload(self._restore))
+            self._journal.resume()
+        finally:
+            self._reloading = None
+        self._waiters.wake_all()  # claims and watches read the rebuilt state
 
     async def ping(self) -> None:
         self._check_open()
@@ -113,6 +174,7 @@ class LocalEngine:
                     )
                 return SubmitResult(self.state.snapshot(existing), reused=True)
         self._admit(request)
+        self._check_room([request])
         record = self._create(request, fingerprint, now)
         self._wake()
         return SubmitResult(self.state.snapshot(record), reused=False)
@@ -121,6 +183,10 @@ class LocalEngine:
         self._check_open()
         now = self.state.clock()
         plan = self._plan_batch(requests, now)  # every check first: all or nothing
+        created = [
+            request for request, (_, made) in zip(requests, plan, strict=True) if made is None
+        ]
+        self._check_room(created)
         records: list[Record] = []
         for request, (fingerprint, source) in zip(requests, plan, strict=True):
             if isinstance(source, int):
@@ -142,7 +208,7 @@ class LocalEngine:
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
         self._check_open()
-        return self.state.visible_record(tenant, job_id).payload
+        return self.state.changes.payload(self.state.visible_record(tenant, job_id))
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
         self._check_open()
@@ -201,6 +267,7 @@ class LocalEngine:
             )
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
         self.state.push(self.state.leases, record.lease_deadline, record, lease_id)
+        self.state.changes.touched(record, lazy=True)  # DESIGN: heartbeats may persist late
         stage = stage or record.stage
         if (progress, stage) != (record.progress, record.stage):
             record.progress, record.stage = progress, stage
@@ -531,9 +598,17 @@ class LocalEngine:
     # -- plumbing ------------------------------------------------------------
 
     def _check_open(self) -> None:
-        """A closed store is the one failure LocalEngine has."""
+        """A closed store, or a journal being reloaded after a failed commit."""
         if self._closed:
             raise StoreUnavailable("the store is closed")
+        if self._journal is not None:
+            self._journal.check()
+
+    def _check_room(self, created: Sequence[SubmitRequest]) -> None:
+        """QueueFull when the journal's disk has no room for these jobs (past its reserve)."""
+        if self._journal is None or not created:
+            return
+        self._journal.check_room(durable.bytes_needed(created))
 
     def _wake(self, *job_ids: str) -> None:
         """Wake event readers, and the waiters of what changed since the last wake-up."""
