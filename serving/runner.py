@@ -205,7 +205,11 @@ class Process:
             # Everything built so far lives as long as the process: out of the
             # collector's sight, a full collection no longer walks it. Each was
             # a 14-22 ms pause and a burst of late claims (docs/performance.md).
-            gc.collect()
+            # After a data directory's load a collection would itself walk every
+            # job it loaded (about a second at a million, while calls wait), and
+            # the load leaves no garbage: freeze them as they are.
+            if durable_dir(self.settings) is None:
+                gc.collect()
             gc.freeze()
         self.started.set()
         stop_background = asyncio.Event()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import functools
 import json
 import operator
 import types
@@ -65,9 +66,19 @@ def _optional(inner: Encode) -> Encode:
     return convert
 
 
+class _EnumDecoder:
+    """value -> member by a dict lookup: Enum(value) costs ten times more, and a load
+    decodes millions (the generated build subscripts `members` directly)."""
+
+    def __init__(self, cls: type[enum.Enum]) -> None:
+        self.members: dict[Any, enum.Enum] = dict(cls._value2member_map_)
+
+    def __call__(self, value: Any) -> enum.Enum:
+        return self.members[value]
+
+
 def _enum_decoder(cls: type[enum.Enum]) -> Decode:
-    # a dict lookup: Enum(value) costs ten times more, and a load decodes millions
-    return dict(cls._value2member_map_).__getitem__
+    return _EnumDecoder(cls)
 
 
 def _from_timestamp(value: float) -> datetime:
@@ -123,12 +134,26 @@ def json_value_codec(hint: Any, where: str) -> tuple[Encode, Decode]:
     return _json_codec(hint, where)
 
 
+def _immutable(hint: Any) -> bool:
+    """Whether values of `hint` can never be changed in place (so may be shared)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union, tuple):
+        return all(_immutable(arg) for arg in args if arg is not Ellipsis)
+    return hint in (str, int, float, bool, bytes, type(None)) or (
+        isinstance(hint, type) and issubclass(hint, enum.Enum)
+    )
+
+
 def _container_codec(hint: Any, where: str) -> tuple[Encode, Decode]:
     to_json, from_json = _json_codec(hint, where)
-    return (
-        lambda value: json.dumps(to_json(value), separators=(",", ":")),
-        lambda text: from_json(json.loads(text)),
-    )
+
+    def decode(text: str) -> Any:
+        return from_json(json.loads(text))
+
+    if _immutable(hint):
+        # many rows hold the same value (a finished job's outcome): parse each text once
+        decode = functools.lru_cache(maxsize=4096)(decode)
+    return lambda value: json.dumps(to_json(value), separators=(",", ":")), decode
 
 
 def _column(name: str, hint: Any, where: str) -> tuple[str, Encode | None, Decode | None]:
@@ -236,7 +261,7 @@ class RowCodec(Generic[T]):
                 decode = _with_default_fast_path(decode, stored, make)
         return Column(item.name, sql_type, encode, decode, default_sql)
 
-    def _compile_build(self, order: Sequence[str]) -> Callable[[Sequence[Any], bytes], T]:
+    def _compile_build(self, order: Sequence[str]) -> Callable[[Sequence[Any], Sequence[bytes]], T]:
         """One positional constructor call per row, generated once (as dataclasses
         generates __init__): a load builds a million objects, and a loop over
         the fields per row would triple its cost."""
@@ -245,17 +270,20 @@ class RowCodec(Generic[T]):
         args = []
         for name in order:
             if name not in index:
-                args.append("fill")
+                args.append(f"fills[{self.blobs.index(name)}]")
                 continue
             column = self.columns[index[name]]
             if column.decode is None:
                 args.append(f"row[{index[name]}]")
+            elif isinstance(column.decode, _EnumDecoder):  # a subscript, not a call
+                namespace[f"members_{name}"] = column.decode.members
+                args.append(f"members_{name}[row[{index[name]}]]")
             else:
                 namespace[f"decode_{name}"] = column.decode
                 args.append(f"decode_{name}(row[{index[name]}])")
-        source = f"def build(row, fill):\n    return cls({', '.join(args)})\n"
+        source = f"def build(row, fills):\n    return cls({', '.join(args)})\n"
         exec(source, namespace)  # the source is built above from field names only
-        build: Callable[[Sequence[Any], bytes], T] = namespace["build"]
+        build: Callable[[Sequence[Any], Sequence[bytes]], T] = namespace["build"]
         return build
 
     def row(self, obj: T) -> tuple[Any, ...]:
@@ -276,7 +304,13 @@ class RowCodec(Generic[T]):
 
     def build(self, row: Sequence[Any], fill: bytes = b"") -> T:
         """An object from a row in `names` order, every blob field set to `fill`."""
-        return self._build(row, fill)
+        return self._build(row, (fill,) * len(self.blobs))
+
+    def builder(self, fills: Mapping[str, bytes]) -> Callable[[Sequence[Any]], T]:
+        """`build` with each blob field set to its value in `fills` (b"" if absent)."""
+        values = tuple(fills.get(name, b"") for name in self.blobs)
+        build = self._build
+        return lambda row: build(row, values)
 
     def key_of(self, obj: T) -> Any:
         key: Any = getattr(obj, self.key)

@@ -48,7 +48,7 @@ from store.journal.codec import Unloaded
 from store.journal.errors import DataDirRefused
 from store.journal.lock import DirLock
 from store.journal.schema import Tables
-from store.journal.writer import Loaded, WantBlob, Work, Writer
+from store.journal.writer import LazyBlobs, Loaded, Work, Writer
 
 S = TypeVar("S")  # what the owner builds from a Loaded (its state)
 
@@ -88,7 +88,7 @@ class Journal(Generic[S]):
         sync: str = "full",
         events_cap: int = 100_000,
         clock: Callable[[], float] = time.time,
-        want_blob: WantBlob = lambda record, name: True,
+        lazy_blobs: LazyBlobs | None = None,
         reserve: int = DEFAULT_RESERVE,
         lazy_delay: float = LAZY_DELAY,
         housekeeping_every: float = HOUSEKEEPING_EVERY,
@@ -102,7 +102,7 @@ class Journal(Generic[S]):
         self.housekeeping_every = housekeeping_every
         self.on_diverged: Callable[[], None] = lambda: None
         self._clock = clock
-        self._want_blob = want_blob
+        self._lazy_blobs: LazyBlobs = lazy_blobs or {}
         #: the writing connection's owner; every call to it runs on the journal's thread
         self.writer = Writer(directory, tables, sync, events_cap, checkpoint_every, max_pages)
         self._lock = DirLock(directory)
@@ -161,7 +161,7 @@ class Journal(Generic[S]):
         return state
 
     def _load(self) -> Loaded:
-        loaded = self.writer.load(self._want_blob)
+        loaded = self.writer.load(self._lazy_blobs)
         self._written_meta = {name: _json(value) for name, value in loaded.meta.items()}
         return loaded
 

@@ -23,7 +23,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,10 @@ class Loaded:
     events: list[Any]
 
 
-#: Which blob fields of a record the loader reads into memory (the rest stay
-#: on disk as UNLOADED and are read back on first use).
-WantBlob = Callable[[Any, str], bool]
+#: Blob fields the loader reads only for the records the predicate keeps; the
+#: others of these stay on disk as UNLOADED, read back on first use. A blob
+#: field not named is read for every record.
+LazyBlobs = Mapping[str, Callable[[Any], bool]]
 
 
 class Writer:
@@ -146,7 +147,7 @@ class Writer:
             raise RuntimeError("the journal writer is not open")
         return self._con
 
-    def load(self, want_blob: WantBlob) -> Loaded:
+    def load(self, lazy: LazyBlobs) -> Loaded:
         """Every record, the meta values and the newest `events_cap` events.
 
         The collector is paused meanwhile: a load makes millions of objects
@@ -155,22 +156,25 @@ class Writer:
         paused = gc.isenabled()
         gc.disable()
         try:
-            return self._load(want_blob)
+            return self._load(lazy)
         except sqlite3.DatabaseError as error:
             raise corrupt(self.path, str(error)) from None
         finally:
             if paused:
                 gc.enable()
 
-    def _load(self, want_blob: WantBlob) -> Loaded:
+    def _load(self, lazy: LazyBlobs) -> Loaded:
         codec = self.tables.records
-        build = codec.build
+        build = codec.builder({name: UNLOADED for name in lazy})
         records: dict[Any, Any] = {}
         key_index = codec.names.index(codec.key)
         for row in self.con.execute(f"SELECT {', '.join(codec.names)} FROM records"):
-            records[row[key_index]] = build(row, UNLOADED)
+            records[row[key_index]] = build(row)
         for name in codec.blobs:
-            self._load_blob(records, name, want_blob)
+            if name in lazy:
+                self._load_chosen_blobs(records, name, lazy[name])
+            else:
+                self._load_every_blob(records, name)
         meta = {
             name: json.loads(value)
             for name, value in self.con.execute("SELECT name, value FROM meta")
@@ -178,18 +182,20 @@ class Writer:
         events = self._load_events()
         return Loaded(records, meta, events)
 
-    def _load_blob(self, records: dict[Any, Any], name: str, want_blob: WantBlob) -> None:
-        """Set blob `name` of the records that want it in memory (b"" when it has no row)."""
-        wanted = [key for key, record in records.items() if want_blob(record, name)]
+    def _load_every_blob(self, records: dict[Any, Any], name: str) -> None:
+        for key, data in self.con.execute(f"SELECT id, data FROM {self.tables.blob_table(name)}"):
+            record = records.get(key)
+            if record is not None:
+                setattr(record, name, data)
+
+    def _load_chosen_blobs(
+        self, records: dict[Any, Any], name: str, keep: Callable[[Any], bool]
+    ) -> None:
+        """Blob `name` of the records `keep` chooses (b"" when it has no row)."""
+        wanted = [key for key, record in records.items() if keep(record)]
         for key in wanted:
             setattr(records[key], name, b"")
         table = self.tables.blob_table(name)
-        if len(wanted) * 2 >= len(records):  # most of them: one scan beats lookups
-            chosen = set(wanted)
-            for key, data in self.con.execute(f"SELECT id, data FROM {table}"):
-                if key in chosen:
-                    setattr(records[key], name, data)
-            return
         for start in range(0, len(wanted), LOAD_CHUNK):
             chunk = wanted[start : start + LOAD_CHUNK]
             marks = ", ".join("?" * len(chunk))

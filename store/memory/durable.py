@@ -83,9 +83,13 @@ class JournalChanges(Changes):
         return self.journal.blob(record, "payload")
 
 
-def keeps_in_memory(record: Record, blob: str) -> bool:
-    """Load every result, and the payloads of live jobs only (the others are never read)."""
-    return blob != "payload" or record.status in LIVE_STATUSES
+def _live(record: Record) -> bool:
+    return record.status in LIVE_STATUSES
+
+
+#: Every result is loaded; payloads of live jobs only (the others are never
+#: read, unless a finished job is retried: then from the file).
+LAZY_BLOBS = {"payload": _live}
 
 
 def bytes_needed(requests: Sequence[SubmitRequest]) -> int:
@@ -111,7 +115,7 @@ def open_journal(
         sync=sync,
         events_cap=settings.events_max_length,
         clock=clock,
-        want_blob=keeps_in_memory,
+        lazy_blobs=LAZY_BLOBS,
         **knobs,
     )
 
@@ -145,58 +149,48 @@ def _check_fair_share(settings: StoreSettings, meta: dict[str, Any]) -> None:
 def restore(
     settings: StoreSettings, clock: Callable[[], float], loaded: Loaded, changes: Changes
 ) -> State:
-    """A State from what the file held: records as they were, indexes rebuilt."""
+    """A State from what the file held: records as they were, indexes rebuilt.
+
+    One pass over the records (a million at most take a second): a finished
+    job only names its key and its expiry; a live one is counted, gets its
+    deadlines and, queued or leased, its place in its queue.
+    """
     state = State(settings, clock, changes)
     now = clock()
-    expired = [
-        key for key, r in loaded.records.items() if r.expire_at is not None and r.expire_at <= now
-    ]
-    for key in expired:
-        del loaded.records[key]
-    state.jobs = loaded.records
     _check_fair_share(settings, loaded.meta)
     for name, (_, decode) in _META_CODECS.items():
         if name in loaded.meta:
             setattr(state, name, decode(loaded.meta[name]))
+    expired: list[str] = []
     slotted: list[Record] = []
-    for record in state.jobs.values():
-        _count(state, record)
-        _push_deadlines(state, record)
-        if record.kind is not JobKind.GROUP and record.status in _SLOTTED:
-            slotted.append(record)
-    slotted.sort(key=lambda record: record.seq)
-    for record in slotted:
-        queue = state.queue_of(record)
-        queue.append(record.id, record.seq)
-        if record.status is JobStatus.PROCESSING or record.ready_at > 0:
-            queue.take(record.id)  # leased, or waiting out a retry back-off
-    fifo = [int(record.seq) for record in slotted if record.weight <= 0]
-    state.seq = max([state.seq, *fifo])
+    for record in loaded.records.values():
+        expire_at = record.expire_at
+        if expire_at is not None and expire_at <= now:
+            expired.append(record.id)  # the next commit deletes its row
+            continue
+        if not record.parent_id:
+            if record.idempotency_key:
+                state.keys[(record.tenant, record.idempotency_key)] = record.id
+            if expire_at is not None:
+                state.expiries.push(expire_at, record.id)
+        if record.status in LIVE_STATUSES and record.kind is not JobKind.GROUP:
+            _restore_live(state, record)
+            if record.status is not JobStatus.HELD:
+                slotted.append(record)
+    for key in expired:
+        del loaded.records[key]
+    state.jobs = loaded.records
+    _restore_queues(state, slotted)
     _restore_events(state, loaded.events)
     return state
 
 
-# Statuses whose jobs own a slot in their queue (store/memory/queue.py).
-_SLOTTED = (JobStatus.QUEUED, JobStatus.PROCESSING)
-
-
-def _count(state: State, record: Record) -> None:
-    if not record.parent_id and record.idempotency_key:
-        state.keys[(record.tenant, record.idempotency_key)] = record.id
-    if record.kind is JobKind.GROUP or record.status not in LIVE_STATUSES:
-        return  # a group counts as its children
+def _restore_live(state: State, record: Record) -> None:
+    """Count a live job (a group counts as its children) and push its deadlines."""
     state.live_by_tenant[record.tenant] = state.live_by_tenant.get(record.tenant, 0) + 1
     state.live_total += 1
     if record.status is JobStatus.PROCESSING:
         state.in_flight[record.model] = state.in_flight.get(record.model, 0) + 1
-
-
-def _push_deadlines(state: State, record: Record) -> None:
-    if record.expire_at is not None and not record.parent_id:
-        state.expiries.push(record.expire_at, record.id)
-    if record.kind is JobKind.GROUP:
-        return
-    if record.status is JobStatus.PROCESSING:
         state.leases.push(record.lease_deadline, record.id, record.lease_id)
         if record.run_timeout > 0:
             state.runs.push(record.run_deadline, record.id, record.lease_id)
@@ -205,6 +199,18 @@ def _push_deadlines(state: State, record: Record) -> None:
             state.queue_waits.push(record.queue_deadline, record.id)
         if record.ready_at > 0:
             state.retries.push(record.ready_at, record.id)
+
+
+def _restore_queues(state: State, slotted: list[Record]) -> None:
+    """Queued and leased jobs back in their queues, in their original order."""
+    slotted.sort(key=lambda record: record.seq)
+    for record in slotted:
+        queue = state.queue_of(record)
+        queue.append(record.id, record.seq)
+        if record.status is JobStatus.PROCESSING or record.ready_at > 0:
+            queue.take(record.id)  # leased, or waiting out a retry back-off
+    fifo = [int(record.seq) for record in slotted if record.weight <= 0]
+    state.seq = max([state.seq, *fifo])
 
 
 def _restore_events(state: State, events: list[JobEvent]) -> None:
