@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from store import IdempotencyKeyReused, QueueFull
-from store.journal import Unloaded
+from store.journal import DataDirRefused, Unloaded
 from store.memory import LocalStore
 from store.memory.state import State
 from store.model import (
@@ -205,6 +205,15 @@ async def test_a_retry_back_off_survives(tmp_path: Path) -> None:
     assert [item.job.id for item in late] == [job.id]
 
 
+async def test_a_directory_keeps_its_fair_share_mode(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, settings(fair_share=False))
+    await submit_one(store)
+    await store.close()
+
+    with pytest.raises(DataDirRefused, match="--fair-share off"):
+        await open_store(tmp_path, settings(fair_share=True))
+
+
 async def test_a_job_whose_ttl_ran_out_while_down_is_gone(tmp_path: Path) -> None:
     clock = FakeClock()
     short = settings(result_ttl=timedelta(seconds=60))
@@ -224,6 +233,8 @@ async def test_a_job_whose_ttl_ran_out_while_down_is_gone(tmp_path: Path) -> Non
 # -- the rule itself: after any mix of calls, the file rebuilds the same state ---------
 
 MODELS = ("m-a", "m-b")
+POOLS = ("", "gpu-a")
+TENANTS = (TENANT, "globex")
 WORKLOAD = settings(
     lease_timeout=timedelta(seconds=30),
     run_timeout=timedelta(seconds=100),
@@ -242,7 +253,7 @@ class _Workload:
         self.store = store
         self.clock = clock
         self.random = random.Random(seed)
-        self.jobs: list[str] = []
+        self.jobs: list[tuple[str, str]] = []
         self.leases: list[ClaimedJob] = []
 
     async def run(self, steps: int) -> None:
@@ -253,13 +264,20 @@ class _Workload:
 
     async def submit(self) -> None:
         key = f"k{self.random.randrange(30)}" if self.random.random() < 0.3 else ""
-        spec = JobSpec(self.random.choice(MODELS), f"p{self.random.randrange(5)}".encode())
+        spec = JobSpec(
+            self.random.choice(MODELS),
+            f"p{self.random.randrange(5)}".encode(),
+            pool=self.random.choice(POOLS),
+        )
         priority = self.random.choice(list(Priority))
+        request = SubmitRequest(
+            self.random.choice(TENANTS), spec, priority, key, weight=self.random.randint(1, 3)
+        )
         try:
-            result = await self.store.submit(SubmitRequest(TENANT, spec, priority, key))
+            result = await self.store.submit(request)
         except IdempotencyKeyReused:
             return
-        self.jobs.append(result.job.id)
+        self.jobs.append((request.tenant, result.job.id))
 
     async def submit_group(self) -> None:
         children = tuple(
@@ -267,10 +285,12 @@ class _Workload:
         )
         work = GroupSpec(children, max_parallel=self.random.randint(0, 2))
         result = await self.store.submit(SubmitRequest(TENANT, work))
-        self.jobs.append(result.job.id)
+        self.jobs.append((TENANT, result.job.id))
 
     async def claim(self) -> None:
-        found = await self.store.claim("w", list(MODELS), max_jobs=self.random.randint(1, 3))
+        found = await self.store.claim(
+            "w", list(MODELS), max_jobs=self.random.randint(1, 3), pool=self.random.choice(POOLS)
+        )
         self.leases.extend(found)
 
     def _lease(self) -> ClaimedJob | None:
@@ -294,7 +314,8 @@ class _Workload:
 
     async def cancel(self) -> None:
         if self.jobs:
-            await _refusals_ignored(self.store.cancel(TENANT, self.random.choice(self.jobs)))
+            tenant, job_id = self.random.choice(self.jobs)
+            await _refusals_ignored(self.store.cancel(tenant, job_id))
 
     async def release(self) -> None:
         lease = self._lease()
