@@ -34,6 +34,7 @@ from serving.recovery import Recovery, StoreProbe
 from serving.settings import Address, ServerSettings
 from serving.shared import Serving
 from store import StoreError, open_store
+from store.journal import DataDirRefused
 from store.protocol import Store
 
 log = logging.getLogger("jobgate.server")
@@ -76,7 +77,13 @@ def hears_changes(services: Sequence[str]) -> bool:
     return "job" in services
 
 
+def durable_dir(settings: ServerSettings) -> str | None:
+    """The embedded store's --data-dir; None on Redis (where --data-dir is ignored)."""
+    return None if settings.redis_url else settings.data_dir
+
+
 async def open_configured_store(settings: ServerSettings, hear_changes: bool = True) -> Store:
+    data_dir = durable_dir(settings)
     try:
         store = open_store(
             settings.redis_url,
@@ -84,13 +91,20 @@ async def open_configured_store(settings: ServerSettings, hear_changes: bool = T
             partition=settings.redis_partition,
             partitions=settings.redis_partitions,
             hear_changes=hear_changes,
+            data_dir=data_dir,
+            data_sync=settings.data_sync,
         )
     except (ValueError, ImportError) as error:
         raise StartError(f"--redis-url: {error}") from None
+    # Loading a data directory takes as long as it holds jobs (seconds for a
+    # million): only a Redis that does not answer is given up on.
+    timeout = None if data_dir else STORE_OPEN_TIMEOUT
     try:
-        await asyncio.wait_for(store.open(), STORE_OPEN_TIMEOUT)
+        await asyncio.wait_for(store.open(), timeout)
+    except DataDirRefused as error:
+        raise StartError(error.message) from None
     except (StoreError, OSError, TimeoutError) as error:
-        where = settings.redis_url or "the embedded store"
+        where = settings.redis_url or data_dir or "the embedded store"
         raise StartError(f"cannot open {where}: {error or type(error).__name__}") from None
     return store
 
@@ -192,7 +206,11 @@ class Process:
             # Everything built so far lives as long as the process: out of the
             # collector's sight, a full collection no longer walks it. Each was
             # a 14-22 ms pause and a burst of late claims (docs/performance.md).
-            gc.collect()
+            # After a data directory's load a collection would itself walk every
+            # job it loaded (about a second at a million, while calls wait), and
+            # the load leaves no garbage: freeze them as they are.
+            if durable_dir(self.settings) is None:
+                gc.collect()
             gc.freeze()
         self.started.set()
         stop_background = asyncio.Event()
@@ -225,10 +243,26 @@ class Process:
                 "store": "redis" if self.settings.redis_url else "embedded",
             },
         )
+        self._announce_store()
         if serving.auth.open:
             log.warning(
                 "running open: no --auth-file, so any caller is accepted; the tenant "
                 "comes from x-jobgate-tenant metadata (else 'default')"
+            )
+
+    def _announce_store(self) -> None:
+        if self.settings.redis_url:
+            return
+        data_dir = durable_dir(self.settings)
+        if data_dir is None:
+            log.warning(
+                "the embedded store is in memory: every job is lost when this process "
+                "stops; --data-dir DIR keeps them on disk"
+            )
+        else:
+            log.info(
+                "the embedded store is kept on disk",
+                extra={"data_dir": data_dir, "data_sync": self.settings.data_sync},
             )
 
     def _install_signals(self) -> None:

@@ -44,6 +44,8 @@ def open_store(
     partitions: int = 1,
     hear_ready: bool = True,
     hear_changes: bool = True,
+    data_dir: str | None = None,
+    data_sync: str = "full",
 ) -> Store:
     """The store for a URL: None or "memory://" is LocalStore, any Redis URL is RedisStore.
 
@@ -55,13 +57,16 @@ def open_store(
     `hear_ready` / `hear_changes`: which notification channels a Redis
     store subscribes to (RedisStore; a server leaves out what none of its
     calls wait for).
+    `data_dir` / `data_sync` (--data-dir, --data-sync): the embedded store
+    keeps its state in that directory (store/memory/durable.py); ignored
+    with a Redis URL.
     The caller awaits `store.open()` before use.
     """
     settings = settings or StoreSettings()
     if url is None or url.startswith("memory://"):
         from store.memory import LocalStore
 
-        return LocalStore(settings)
+        return LocalStore(settings, data_dir=data_dir, data_sync=data_sync)
     from store.redis import RedisStore
 
     return RedisStore(url, settings, partition, partitions, hear_ready, hear_changes)

@@ -6,10 +6,16 @@ store/memory/, RedisEngine in store/redis/): it takes input already
 normalised (claim models deduplicated, the claim limit applied, progress
 clamped) and never reports failures itself. `StoreFront` is the `Store`
 the servers hold; `LocalStore` and `RedisStore` are it over their engine.
+
+No answer leaves before what it saw is durable: every call ends with
+`engine.settled()` (`_answering`), which returns at once on Redis and in
+memory, and waits for the group commit on a durable embedded store. A claim
+whose caller leaves during that wait gives its leases back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from datetime import timedelta
@@ -58,6 +64,11 @@ class Engine(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
+
+    async def settled(self) -> None:
+        """Return once every change made so far is durable (StoreUnavailable if it cannot be)."""
+        ...
+
     async def submit(self, request: SubmitRequest) -> SubmitResult: ...
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]: ...
     async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job: ...
@@ -133,6 +144,7 @@ class StoreFront(Store):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._on_failure: FailureHook = ignore_failure
+        self._giving_back: set[asyncio.Task[int]] = set()
 
     @property
     def settings(self) -> StoreSettings:  # type: ignore[override]
@@ -152,6 +164,26 @@ class StoreFront(Store):
         with reporting(self._on_failure, operation):
             yield
 
+    @contextlib.asynccontextmanager
+    async def _answering(self, operation: str) -> AsyncIterator[None]:
+        """Report a failure once, and let the answer (or the error) leave only when settled."""
+        with self._reporting(operation):
+            try:
+                yield
+            finally:
+                await self.engine.settled()
+
+    async def _settled_or_give_back(self, claimed: Sequence[ClaimedJob]) -> None:
+        """Wait until the claim is durable; if the caller leaves meanwhile, release it."""
+        try:
+            await self.engine.settled()
+        except asyncio.CancelledError:
+            if claimed:
+                task = asyncio.ensure_future(self.engine.release(claimed))
+                self._giving_back.add(task)
+                task.add_done_callback(self._giving_back.discard)
+            raise
+
     # Lifecycle -----------------------------------------------------------------
     async def open(self) -> None:
         with self._reporting("open"):
@@ -161,40 +193,40 @@ class StoreFront(Store):
         await self.engine.close()
 
     async def ping(self) -> None:
-        with self._reporting("ping"):
+        async with self._answering("ping"):
             await self.engine.ping()
 
     # Tenant-facing ---------------------------------------------------------------
     async def submit(self, request: SubmitRequest) -> SubmitResult:
-        with self._reporting("submit"):
+        async with self._answering("submit"):
             return await self.engine.submit(request)
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
         if not requests:
             return []
-        with self._reporting("submit_batch"):
+        async with self._answering("submit_batch"):
             return await self.engine.submit_batch(requests)
 
     async def get(self, tenant: str, job_id: str) -> Job:
-        with self._reporting("get"):
+        async with self._answering("get"):
             return await self.engine.get(tenant, job_id)
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
-        with self._reporting("payload"):
+        async with self._answering("payload"):
             return await self.engine.payload(tenant, job_id)
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
-        with self._reporting("list_children"):
+        async with self._answering("list_children"):
             return await self.engine.list_children(tenant, job_id)
 
     async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        with self._reporting("cancel"):
+        async with self._answering("cancel"):
             return await self.engine.cancel(tenant, job_id, reason)
 
     async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
         engine = self.engine
         with self._reporting("watch"), engine.listen([f"j {job_id}"]) as listener:
-            job = await engine.read_for_watch(tenant, job_id)
+            job = await self._read_settled(tenant, job_id)
             seen: tuple[object, ...] | None = None
             while True:
                 if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
@@ -205,7 +237,7 @@ class StoreFront(Store):
                     new_r = listener.add(f"r {job.model}")
                     if new_q or new_r:
                         listener.clear()
-                        job = await engine.read_for_watch(tenant, job_id)
+                        job = await self._read_settled(tenant, job_id)
                 if watch_view(job) != seen:
                     seen = watch_view(job)
                     yield job
@@ -216,7 +248,12 @@ class StoreFront(Store):
                 if engine.closed:
                     return
                 listener.clear()  # before the read: a change after it is kept
-                job = await engine.read_for_watch(tenant, job_id)
+                job = await self._read_settled(tenant, job_id)
+
+    async def _read_settled(self, tenant: str, job_id: str) -> Job:
+        job = await self.engine.read_for_watch(tenant, job_id)
+        await self.engine.settled()
+        return job
 
     # Worker-facing ---------------------------------------------------------------
     async def claim(
@@ -233,7 +270,7 @@ class StoreFront(Store):
         limit = claim_limit(max_jobs)
         engine = self.engine
         with self._reporting("claim"):
-            return await long_poll(
+            claimed = await long_poll(
                 engine.listen((f"r {job_class}" for job_class in wanted), wake_one=True),
                 lambda: engine.claim_now(worker_id, wanted, limit),
                 wait,
@@ -241,6 +278,8 @@ class StoreFront(Store):
                 reads=engine.waiter_reads,
                 recheck=engine.recheck,
             )
+            await self._settled_or_give_back(claimed)
+            return claimed
 
     def waiting_claims(self, model: str) -> int:
         """Claims blocked waiting for `model` (tests, debugging)."""
@@ -249,20 +288,20 @@ class StoreFront(Store):
     async def release(self, leases: Sequence[ClaimedJob]) -> int:
         if not leases:
             return 0
-        with self._reporting("release"):
+        async with self._answering("release"):
             return await self.engine.release(leases)
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
         progress = min(max(progress, 0.0), 1.0)
-        with self._reporting("heartbeat"):
+        async with self._answering("heartbeat"):
             return await self.engine.heartbeat(job_id, lease_id, progress, stage)
 
     async def record_result(
         self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        with self._reporting("set_result"):
+        async with self._answering("set_result"):
             return await self.engine.record_result(job_id, lease_id, report)
 
     async def report_and_claim(
@@ -276,29 +315,31 @@ class StoreFront(Store):
         wanted = claim_classes(claim_models(models), pool) if max_jobs > 0 else []
         limit = claim_limit(max_jobs) if wanted else 0
         with self._reporting("report_and_claim"):
-            return await self.engine.report_and_claim(worker_id, wanted, results, limit)
+            reported = await self.engine.report_and_claim(worker_id, wanted, results, limit)
+            await self._settled_or_give_back(reported.claimed)
+            return reported
 
     # Operations --------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:
-        with self._reporting("recover"):
+        async with self._answering("recover"):
             return await self.engine.recover()
 
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
-        with self._reporting("acquire_leadership"):
+        async with self._answering("acquire_leadership"):
             return await self.engine.acquire_leadership(holder, ttl)
 
     async def events(
         self, after: str = "0", count: int = 100, block: timedelta | None = None
     ) -> list[JobEvent]:
-        with self._reporting("events"):
+        async with self._answering("events"):
             return await self.engine.events(after, count, block)
 
     async def newest_event_id(self) -> str:
-        with self._reporting("newest_event_id"):
+        async with self._answering("newest_event_id"):
             return await self.engine.newest_event_id()
 
     async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
-        with self._reporting("queue_depths"):
+        async with self._answering("queue_depths"):
             return await self.engine.ready_counts()
 
     async def queue_depths(self) -> dict[tuple[str, Priority], int]:
@@ -308,7 +349,7 @@ class StoreFront(Store):
         return depths
 
     async def in_flight(self) -> dict[str, int]:
-        with self._reporting("in_flight"):
+        async with self._answering("in_flight"):
             return await self.engine.in_flight()
 
     # The fleet -----------------------------------------------------------------------

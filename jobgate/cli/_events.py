@@ -4,10 +4,11 @@ A server-side command like `_servers` (it opens the store, hence Redis), so
 `jobgate.cli` imports it only when `events` is the command; unlike `_servers`
 it loads no server.
 
-The stream lives in Redis (the embedded store's events live inside the
-`jobgate serve` process, out of reach), so the command needs --redis-url or
-JOBGATE_REDIS_URL and the deployment's --redis-partition and --redis-partitions
-(every partition's stream is read, merged in time order).
+The stream lives in Redis, read with --redis-url or JOBGATE_REDIS_URL and the
+deployment's --redis-partition and --redis-partitions (every partition's
+stream is read, merged in time order); or in the data directory of a
+`jobgate serve --data-dir DIR`, read with --data-dir DIR (read-only, also
+while serve runs). An in-memory `jobgate serve` keeps its events out of reach.
 
 Without --follow it prints every event the (capped) stream still holds and
 exits; with --follow it then waits for new ones until SIGINT or SIGTERM, and
@@ -27,10 +28,10 @@ import signal
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from serving.settings import parse_partitions
-from store import Store, StoreError, open_store
+from store import StoreError, open_store
 from store.model import JobEvent
 
 PAGE_SIZE = 500
@@ -41,6 +42,17 @@ EXIT_OK = 0
 EXIT_STORE_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+
+class EventSource(Protocol):
+    """What this command reads: a Store, or a data directory's EventReader."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def events(
+        self, after: str = "0", count: int = 100, block: timedelta | None = None
+    ) -> list[JobEvent]: ...
 
 
 def add_command(subcommands: argparse._SubParsersAction[Any], help_line: str) -> None:
@@ -68,6 +80,13 @@ def add_command(subcommands: argparse._SubParsersAction[Any], help_line: str) ->
         help="the deployment's key partition (default: $JOBGATE_REDIS_PARTITION or 'default')",
     )
     parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("JOBGATE_DATA_DIR"),
+        metavar="DIR",
+        help="read the audit trail of `jobgate serve --data-dir DIR` instead of Redis "
+        "(default: $JOBGATE_DATA_DIR)",
+    )
+    parser.add_argument(
         "--redis-partitions",
         default=os.environ.get("JOBGATE_REDIS_PARTITIONS", "1"),
         metavar="N",
@@ -77,12 +96,21 @@ def add_command(subcommands: argparse._SubParsersAction[Any], help_line: str) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.redis_url:
+    if args.data_dir:
+        args.redis_url = None  # the data directory is what was asked for
+    elif not args.redis_url:
         return _fail(
-            "--redis-url (or JOBGATE_REDIS_URL) is required: the audit stream lives in Redis",
+            "--redis-url (or JOBGATE_REDIS_URL) or --data-dir is required: the audit stream "
+            "lives in Redis or in serve's data directory",
             EXIT_USAGE,
         )
-    if not args.redis_url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
+    return _run_checked(args)
+
+
+def _run_checked(args: argparse.Namespace) -> int:
+    if args.redis_url and not args.redis_url.startswith(
+        ("redis://", "rediss://", "unix://", "redis+sentinel://")
+    ):
         return _fail(
             f"unsupported --redis-url {args.redis_url!r}: use redis://HOST:PORT/DB", EXIT_USAGE
         )
@@ -109,11 +137,10 @@ async def _read_events(
     args: argparse.Namespace, formatter: Callable[[JobEvent], str], out: TextIO
 ) -> int:
     try:
-        store = open_store(
-            args.redis_url, partition=args.redis_partition, partitions=args.redis_partitions
-        )
+        store = _source(args)
     except ValueError as error:
         return _fail(str(error), EXIT_USAGE)
+    where = args.data_dir or args.redis_url
     try:
         await store.open()
         if args.follow:
@@ -121,15 +148,25 @@ async def _read_events(
         else:
             await _print_backlog(store, args.job, formatter, out)
     except StoreError as error:
-        return _fail(f"{args.redis_url}: {error.message}", EXIT_STORE_ERROR)
+        return _fail(f"{where}: {error.message}", EXIT_STORE_ERROR)
     finally:
         with contextlib.suppress(StoreError):
             await store.close()
     return EXIT_OK
 
 
+def _source(args: argparse.Namespace) -> EventSource:
+    if args.data_dir:
+        from store.memory.durable import event_reader
+
+        return event_reader(args.data_dir)
+    return open_store(
+        args.redis_url, partition=args.redis_partition, partitions=args.redis_partitions
+    )
+
+
 async def _print_backlog(
-    store: Store, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+    store: EventSource, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
 ) -> str:
     """Print everything the stream holds; return the position of the last event."""
     after = "0"
@@ -142,7 +179,7 @@ async def _print_backlog(
 
 
 async def _follow(
-    store: Store, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+    store: EventSource, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
 ) -> None:
     """Print the backlog, then new events as they come, until SIGINT or SIGTERM."""
     stop = asyncio.Event()
@@ -165,7 +202,7 @@ async def _follow(
 
 
 async def _tail(
-    store: Store, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
+    store: EventSource, job_id: str | None, formatter: Callable[[JobEvent], str], out: TextIO
 ) -> None:
     after = await _print_backlog(store, job_id, formatter, out)
     while True:

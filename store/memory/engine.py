@@ -15,25 +15,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 
-from ulid import ULID
-
-from store import fields, policy
+from store import policy
 from store.errors import (
     FailureHook,
     IdempotencyKeyReused,
-    InvalidRequest,
     JobCancelled,
     JobNotFound,
     LeaseLost,
-    QueueFull,
-    QuotaExceeded,
-    StoreError,
     StoreUnavailable,
     ignore_failure,
 )
+from store.journal import Journal, Loaded
+from store.memory import durable, submits
+from store.memory.changes import IN_MEMORY, Changes
 from store.memory.fleet import LocalFleet
 from store.memory.record import Outcome, Record
 from store.memory.state import State, dt, event_number
@@ -42,12 +39,10 @@ from store.model import (
     TERMINAL_STATUSES,
     CancelResult,
     ClaimedJob,
-    GroupSpec,
     HeartbeatResult,
     Job,
     JobEvent,
     JobKind,
-    JobSpec,
     JobStatus,
     Priority,
     QueueStats,
@@ -68,12 +63,26 @@ _NO_RECHECK = 3600.0
 
 
 class LocalEngine:
-    """The Store's transitions in process memory. Not durable: state dies with the process."""
+    """The Store's transitions in process memory; with a `journal`, also in its directory.
 
-    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
+    Without one, state dies with the process. With one (store/memory/durable.py)
+    `open` loads the state from the file, every change is marked in the journal
+    as it happens, and `settled` (which the front awaits before any answer
+    leaves) waits for the commit that holds it.
+    """
+
+    def __init__(
+        self,
+        settings: StoreSettings,
+        clock: Callable[[], float] = time.time,
+        journal: Journal[State] | None = None,
+    ) -> None:
         self.settings = settings
         self.on_failure: FailureHook = ignore_failure
-        self.state = State(settings, clock)
+        self._clock = clock
+        self._journal = journal
+        self._reloading: asyncio.Task[None] | None = None
+        self.state = State(settings, clock, self._changes())
         self.fleet = LocalFleet(self.state, self._check_open)
         self._closed = False
         self._leader: tuple[str, float] | None = None
@@ -88,14 +97,59 @@ class LocalEngine:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def journal(self) -> Journal[State] | None:
+        """Where the state is kept on disk; None in memory."""
+        return self._journal
+
     # -- lifecycle -----------------------------------------------------------
 
     async def open(self) -> None:
         self._closed = False
+        if self._journal is not None:
+            self._restored(await self._journal.open(self._restore))
+            self._journal.on_diverged = self._reload
 
     async def close(self) -> None:
         self._closed = True
         self._wake()
+        if self._journal is not None:
+            await self._journal.close()
+
+    async def settled(self) -> None:
+        """Return once every change made so far is durable (at once in memory)."""
+        if self._journal is not None:
+            await self._journal.settled()
+
+    # -- the journal (store/memory/durable.py) ----------------------------------
+
+    def _changes(self) -> Changes:
+        return IN_MEMORY if self._journal is None else durable.JournalChanges(self._journal)
+
+    def _restore(self, loaded: Loaded) -> State:
+        return durable.restore(self.settings, self._clock, loaded, self._changes())
+
+    def _restored(self, state: State) -> None:
+        assert self._journal is not None
+        self.state = state
+        self.fleet.rebind(state)
+        self._journal.attach(state.jobs, lambda: durable.meta_of(self.state))
+        self._woken_through = state.next_event
+
+    def _reload(self) -> None:
+        """A commit failed: memory went past the file. Rebuild it from the file."""
+        if self._closed or self._reloading is not None:
+            return
+        self._reloading = asyncio.create_task(self._reload_now())
+
+    async def _reload_now(self) -> None:
+        assert self._journal is not None
+        try:
+            self._restored(await self._journal.reload(self._restore))
+            self._journal.resume()
+        finally:
+            self._reloading = None
+        self._waiters.wake_all()  # claims and watches read the rebuilt state
 
     async def ping(self) -> None:
         self._check_open()
@@ -117,15 +171,20 @@ class LocalEngine:
                         job_id=existing.id,
                     )
                 return SubmitResult(self.state.snapshot(existing), reused=True)
-        self._admit(request)
-        record = self._create(request, fingerprint, now)
+        submits.admit(self.state, request)
+        self._check_room([request])
+        record = submits.create(self.state, request, fingerprint, now)
         self._wake()
         return SubmitResult(self.state.snapshot(record), reused=False)
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
         self._check_open()
         now = self.state.clock()
-        plan = self._plan_batch(requests, now)  # every check first: all or nothing
+        plan = submits.plan_batch(self.state, requests, now)  # every check first: all or nothing
+        created = [
+            request for request, (_, made) in zip(requests, plan, strict=True) if made is None
+        ]
+        self._check_room(created)
         records: list[Record] = []
         for request, (fingerprint, source) in zip(requests, plan, strict=True):
             if isinstance(source, int):
@@ -133,7 +192,7 @@ class LocalEngine:
             elif source is not None:
                 records.append(source)
             else:
-                records.append(self._create(request, fingerprint, now))
+                records.append(submits.create(self.state, request, fingerprint, now))
         if any(source is None for _, source in plan):
             self._wake()
         return [
@@ -147,7 +206,7 @@ class LocalEngine:
 
     async def payload(self, tenant: str, job_id: str) -> bytes:
         self._check_open()
-        return self.state.visible_record(tenant, job_id).payload
+        return self.state.changes.payload(self.state.visible_record(tenant, job_id))
 
     async def list_children(self, tenant: str, job_id: str) -> list[Job]:
         self._check_open()
@@ -206,6 +265,7 @@ class LocalEngine:
             )
         record.lease_deadline = now + self.settings.lease_timeout.total_seconds()
         self.state.push(self.state.leases, record.lease_deadline, record, lease_id)
+        self.state.changes.touched(record, lazy=True)  # DESIGN: heartbeats may persist late
         stage = stage or record.stage
         if (progress, stage) != (record.progress, record.stage):
             record.progress, record.stage = progress, stage
@@ -348,173 +408,6 @@ class LocalEngine:
 
     # -- submit --------------------------------------------------------------
 
-    def _plan_batch(
-        self, requests: Sequence[SubmitRequest], now: float
-    ) -> list[tuple[str, Record | int | None]]:
-        """Submit's checks for every item, in order, changing nothing.
-
-        Each item gets its fingerprint and where its answer comes from: an
-        existing job, the index of an earlier item that creates it, or None
-        (create it). Admission counts the jobs of the earlier items. A
-        refusal is raised as its item's error.
-        """
-        taken: dict[tuple[str, str], tuple[str, int]] = {}  # key -> (fingerprint, item)
-        added: dict[str, int] = {}
-        plan: list[tuple[str, Record | int | None]] = []
-        for index, request in enumerate(requests):
-            try:
-                plan.append(self._plan_item(request, index, now, taken, added))
-            except StoreError as error:
-                raise error.for_item(index) from None
-        return plan
-
-    def _plan_item(
-        self,
-        request: SubmitRequest,
-        index: int,
-        now: float,
-        taken: dict[tuple[str, str], tuple[str, int]],
-        added: dict[str, int],
-    ) -> tuple[str, Record | int | None]:
-        key = request.idempotency_key
-        fingerprint = request.fingerprint() if key else ""
-        if key:
-            earlier = taken.get((request.tenant, key))
-            if earlier is not None:
-                if earlier[0] != fingerprint:
-                    raise IdempotencyKeyReused(
-                        f"idempotency key {key!r} was used for a different request "
-                        f"(requests[{earlier[1]}])"
-                    )
-                return fingerprint, earlier[1]
-            existing = self.state.keyed(request.tenant, key, now)
-            if existing is not None:
-                if existing.fingerprint != fingerprint:
-                    raise IdempotencyKeyReused(
-                        f"idempotency key {key!r} was used for a different request",
-                        job_id=existing.id,
-                    )
-                return fingerprint, existing
-        count = self._admit(request, added.get(request.tenant, 0), sum(added.values()))
-        added[request.tenant] = added.get(request.tenant, 0) + count
-        if key:
-            taken[(request.tenant, key)] = (fingerprint, index)
-        return fingerprint, None
-
-    def _create(self, request: SubmitRequest, fingerprint: str, now: float) -> Record:
-        """Create an admitted request's job or group and take its idempotency key."""
-        if isinstance(request.work, GroupSpec):
-            record = self._create_group(request, request.work, fingerprint, now)
-        else:
-            record = self._create_single(request, request.work, fingerprint, now)
-        if request.idempotency_key:
-            self.state.keys[(request.tenant, request.idempotency_key)] = record.id
-        return record
-
-    def _admit(self, request: SubmitRequest, tenant_added: int = 0, total_added: int = 0) -> int:
-        """Refuse a request over a cap, counting jobs a batch adds before it; its job count."""
-        if isinstance(request.work, GroupSpec):
-            count = len(request.work.children)
-            if count == 0:
-                raise InvalidRequest("group.children", "a group needs at least one child")
-            if count > self.settings.max_group_children:
-                raise InvalidRequest(
-                    "group.children",
-                    f"{count} children is over the cap of {self.settings.max_group_children}",
-                )
-        else:
-            count = 1
-        live = self.state.live_by_tenant.get(request.tenant, 0) + tenant_added
-        if live + count > self.settings.max_live_per_tenant:
-            raise QuotaExceeded(
-                f"tenant {request.tenant!r} has too many live jobs", tenant=request.tenant
-            )
-        if self.state.live_total + total_added + count > self.settings.max_live_total:
-            raise QueueFull("too many live jobs")
-        return count
-
-    def _new_record(
-        self,
-        request: SubmitRequest,
-        spec: JobSpec,
-        now: float,
-        parent: Record | None = None,
-        index: int = 0,
-    ) -> Record:
-        """A single job (QUEUED) or a group's child (HELD), counted as live."""
-        key = request.idempotency_key
-        if parent is not None:
-            key = policy.child_key(key, index)
-        effective = policy.limits(spec, self.settings)
-        record = Record(
-            id=str(ULID()),
-            tenant=request.tenant,
-            kind=JobKind.SINGLE if parent is None else JobKind.CHILD,
-            status=JobStatus.QUEUED if parent is None else JobStatus.HELD,
-            priority=request.priority,
-            model=spec.model,
-            create_time=now,
-            update_time=now,
-            payload=spec.payload,
-            max_attempts=effective.max_attempts,
-            queue_timeout=effective.queue_timeout.total_seconds(),
-            run_timeout=effective.run_timeout.total_seconds(),
-            idempotency_key=key,
-            parent_id=parent.id if parent else "",
-            child_index=index,
-            weight=self._weight(request),
-        )
-        for name, value in fields.copied(spec).items():
-            setattr(record, name, dict(value) if isinstance(value, Mapping) else value)
-        self.state.jobs[record.id] = record
-        self.state.live_by_tenant[record.tenant] = (
-            self.state.live_by_tenant.get(record.tenant, 0) + 1
-        )
-        self.state.live_total += 1
-        self.state.emit(record, None, now)
-        return record
-
-    def _create_single(
-        self, request: SubmitRequest, spec: JobSpec, fingerprint: str, now: float
-    ) -> Record:
-        record = self._new_record(request, spec, now)
-        record.fingerprint = fingerprint
-        self.state.enqueue(record, now)
-        return record
-
-    def _weight(self, request: SubmitRequest) -> int:
-        """The weight a job's queue score is made with: 0 when fair share is off."""
-        return request.weight if self.settings.fair_share else 0
-
-    def _create_group(
-        self, request: SubmitRequest, group: GroupSpec, fingerprint: str, now: float
-    ) -> Record:
-        key = request.idempotency_key
-        parent = Record(
-            id=str(ULID()),
-            tenant=request.tenant,
-            kind=JobKind.GROUP,
-            status=JobStatus.QUEUED,
-            priority=request.priority,
-            model=group.children[0].model,
-            create_time=now,
-            update_time=now,
-            fingerprint=fingerprint,
-            idempotency_key=key,
-            max_parallel=max(0, group.max_parallel),
-            weight=self._weight(request),
-        )
-        pools = {child.pool for child in group.children}
-        if len(pools) == 1:  # a group of one pool is bound to it (as in Redis)
-            parent.pool = pools.pop()
-        self.state.jobs[parent.id] = parent
-        self.state.emit(parent, None, now)
-        for index, spec in enumerate(group.children):
-            child = self._new_record(request, spec, now, parent, index)
-            parent.children.append(child.id)
-        self.state.release_held(parent, now)
-        return parent
-
     # -- claim ---------------------------------------------------------------
 
     async def claim_now(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
@@ -553,9 +446,17 @@ class LocalEngine:
     # -- plumbing ------------------------------------------------------------
 
     def _check_open(self) -> None:
-        """A closed store is the one failure LocalEngine has."""
+        """A closed store, or a journal being reloaded after a failed commit."""
         if self._closed:
             raise StoreUnavailable("the store is closed")
+        if self._journal is not None:
+            self._journal.check()
+
+    def _check_room(self, created: Sequence[SubmitRequest]) -> None:
+        """QueueFull when the journal's disk has no room for these jobs (past its reserve)."""
+        if self._journal is None or not created:
+            return
+        self._journal.check_room(durable.bytes_needed(created))
 
     def _wake(self, *job_ids: str) -> None:
         """Wake event readers, and the waiters of what changed since the last wake-up."""

@@ -34,6 +34,10 @@ class LocalFleet:
         # worker id -> (pool, models, last seen: epoch seconds)
         self._seen: dict[str, tuple[str, tuple[str, ...], float]] = {}
 
+    def rebind(self, state: State) -> None:
+        """The engine's state was rebuilt (a durable store reloaded its file)."""
+        self._state = state
+
     def record(self, sightings: Sequence[WorkerSighting]) -> None:
         self._check_open()
         now = self._state.clock()

@@ -19,6 +19,7 @@ from typing import Any
 
 from store import fields, policy
 from store.errors import InvalidRequest, JobNotFound
+from store.memory.changes import IN_MEMORY, Changes
 from store.memory.deadlines import (
     Deadlines,
     expiry_is_current,
@@ -88,9 +89,13 @@ def event_number(event_id: str) -> int:
 class State:
     """Everything LocalEngine holds, and the steps its transitions are made of."""
 
-    def __init__(self, settings: StoreSettings, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, settings: StoreSettings, clock: Callable[[], float], changes: Changes = IN_MEMORY
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        #: told of every change (store/memory/changes.py): the durable store persists them
+        self.changes = changes
         self.jobs: dict[str, Record] = {}
         self.keys: dict[tuple[str, str], str] = {}
         self.queues: dict[QueueKey, OrderedQueue] = {}
@@ -164,7 +169,7 @@ class State:
                 self.transition(parent, JobStatus.PROCESSING, now)
         return ClaimedJob(
             job=self.snapshot(record),
-            payload=record.payload,
+            payload=self.changes.payload(record),
             lease_id=record.lease_id,
             lease_expire_time=dt(record.lease_deadline),
         )
@@ -209,6 +214,7 @@ class State:
         )
         self.next_event += 1
         self.events.append(event)
+        self.changes.emitted(record, event)
         if self.captured is not None:
             self.captured.append(event)
         cap = max(1, self.settings.events_max_length)
@@ -369,7 +375,9 @@ class State:
     def set_expiry(self, record: Record, now: float) -> None:
         record.expire_at = now + self.settings.result_ttl.total_seconds()
         for child_id in record.children:
-            self.jobs[child_id].expire_at = record.expire_at
+            child = self.jobs[child_id]
+            child.expire_at = record.expire_at
+            self.changes.touched(child)  # no event of its own
         self.expiries.push(record.expire_at, record.id)
 
     # -- recovery ------------------------------------------------------------
@@ -392,6 +400,7 @@ class State:
         promoted = False
         for record in self.retries.due(now, self.jobs):
             record.ready_at = 0.0
+            self.changes.touched(record)  # no event: still QUEUED, now claimable
             self.queue_of(record).restore(record.id)
             self.claimable_models.add(policy.queue_class(record.model, record.pool))
             promoted = True

@@ -233,6 +233,9 @@ class RedisEngine:
     async def ping(self) -> None:
         await self.connection.ping(self.owner.keys)
 
+    async def settled(self) -> None:
+        """Every script's effect is in Redis when it returns: nothing to wait for."""
+
     # Waiting ---------------------------------------------------------------------
     def listen(
         self, topics: Iterable[str], wake_one: bool = False

@@ -1,5 +1,7 @@
-"""Store fixtures: every contract test runs on LocalStore, on RedisStore (real redis-server)
-and on a RedisStore of three partitions on the same redis-server ("redis3").
+"""Store fixtures: every contract test runs on LocalStore, on LocalStore kept in a data
+directory ("durable": store/memory/durable.py, a real SQLite file in a tmp dir), on
+RedisStore (real redis-server) and on a RedisStore of three partitions on the same
+redis-server ("redis3").
 
 `store` is a store with the default settings; `make_store(**overrides)` makes
 one with other StoreSettings (short leases, small caps...). Each store gets
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 import pytest
@@ -36,6 +39,7 @@ MakeStore = Callable[..., Awaitable[Store]]
 @pytest.fixture(
     params=[
         "memory",
+        "durable",
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("redis3", marks=pytest.mark.redis),
     ]
@@ -45,13 +49,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 #: --redis-partitions of each backend ("redis3": the partitioned store).
-PARTITIONS = {"memory": 1, "redis": 1, "redis3": 3}
+PARTITIONS = {"memory": 1, "durable": 1, "redis": 1, "redis3": 3}
 
 
 @pytest.fixture
 def store_url(backend: str, request: pytest.FixtureRequest) -> str | None:
     """None for LocalStore; the session redis-server's URL for RedisStore."""
-    if backend == "memory":
+    if backend in ("memory", "durable"):
         return None
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
@@ -67,7 +71,7 @@ async def raw(redis_server: RedisServer) -> AsyncIterator[Redis]:
 
 @pytest.fixture
 async def make_store(
-    store_url: str | None, partition: str, backend: str
+    store_url: str | None, partition: str, backend: str, tmp_path: Path
 ) -> AsyncIterator[MakeStore]:
     opened: list[Store] = []
     numbers = itertools.count()
@@ -75,7 +79,15 @@ async def make_store(
     async def make(**overrides: Any) -> Store:
         settings = dataclasses.replace(StoreSettings(), **overrides)
         name = f"{partition}-{next(numbers)}"
-        store = open_store(store_url, settings, partition=name, partitions=PARTITIONS[backend])
+        data_dir = str(tmp_path / name) if backend == "durable" else None
+        store = open_store(
+            store_url,
+            settings,
+            partition=name,
+            partitions=PARTITIONS[backend],
+            data_dir=data_dir,
+            data_sync="normal",  # the contract is the same; the tests need no fsync
+        )
         await store.open()
         opened.append(store)
         return store

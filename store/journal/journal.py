@@ -1,0 +1,372 @@
+"""The journal: an in-memory store's state kept in a SQLite file, with group commit.
+
+Roles. The store's transitions stay plain synchronous code on one event
+loop; as they run they `mark` the records they touched and `append` their
+audit events. Before an answer leaves the store it awaits `settled()`,
+which returns once everything marked so far is committed. One flusher task
+seals what was marked since the last commit into a batch (rows encoded on
+the loop, between transitions, so a batch is a consistent cut) and hands it
+to the writer thread (store/journal/writer.py) as ONE transaction; whatever
+is marked while that commit runs waits for the next one. Concurrent calls
+therefore share a commit, and its fsync under `full`.
+
+What is written: each marked record as a whole row (its dataclass's fields
+through the codec), so a new field or a new transition needs no persistence
+code; the events appended; meta values (store-wide, not derivable from
+records: `meta()` of `attach`) when they changed. TTL deletions and the
+audit cap happen inside the commits.
+
+Lazy marks (`mark(key, lazy=True)`, for heartbeats) do not make `settled()`
+wait; they are committed with the next batch, at the latest `lazy_delay`
+seconds later.
+
+Failure: a commit that fails (a full disk past the reserve, an I/O error)
+leaves the file at the previous batch while memory went further. Every call
+waiting on that batch or the next one gets StoreUnavailable, the journal
+refuses calls (`check`) and `on_diverged` is told, so the owner rebuilds its
+memory from the file (`reload`) and `resume`s.
+
+Full disk: `check_room(nbytes)` raises QueueFull when a new job of about
+`nbytes` would leave less than `reserve` bytes, so what ends or updates
+work (heartbeats, results, cancels) still has room after Submit is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from store.errors import QueueFull, StoreUnavailable
+from store.journal.codec import Unloaded
+from store.journal.errors import DataDirRefused
+from store.journal.lock import DirLock
+from store.journal.schema import Tables
+from store.journal.writer import LazyBlobs, Loaded, Work, Writer
+
+S = TypeVar("S")  # what the owner builds from a Loaded (its state)
+
+#: Bytes kept free for updates once Submit is refused (1,000s of results and
+#: cancels, their audit events and the WAL's growth between checkpoints).
+DEFAULT_RESERVE = 32 * 1024 * 1024
+LAZY_DELAY = 0.5
+HOUSEKEEPING_EVERY = 1.0
+
+
+class _Batch:
+    """The marks of one commit; `done` resolves when it is committed (or fails)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.eager = False
+
+
+def _prepared_directory(directory: Path) -> Path:
+    if directory.exists() and not directory.is_dir():
+        raise DataDirRefused(f"--data-dir {directory} is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataDirRefused(f"--data-dir {directory}: {error.strerror}") from None
+    return directory
+
+
+class Journal(Generic[S]):
+    """See the module docstring. Used from one event loop; the writer owns one thread."""
+
+    def __init__(
+        self,
+        directory: Path,
+        tables: Tables,
+        *,
+        sync: str = "full",
+        events_cap: int = 100_000,
+        clock: Callable[[], float] = time.time,
+        lazy_blobs: LazyBlobs | None = None,
+        reserve: int = DEFAULT_RESERVE,
+        lazy_delay: float = LAZY_DELAY,
+        housekeeping_every: float = HOUSEKEEPING_EVERY,
+        checkpoint_every: float = 30.0,
+        max_pages: int | None = None,
+    ) -> None:
+        self.directory = directory
+        self.tables = tables
+        self.reserve = reserve
+        self.lazy_delay = lazy_delay
+        self.housekeeping_every = housekeeping_every
+        self.on_diverged: Callable[[], None] = lambda: None
+        self._clock = clock
+        self._lazy_blobs: LazyBlobs = lazy_blobs or {}
+        #: the writing connection's owner; every call to it runs on the journal's thread
+        self.writer = Writer(directory, tables, sync, events_cap, checkpoint_every, max_pages)
+        self._lock = DirLock(directory)
+        self._executor: ThreadPoolExecutor | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._records: Mapping[Any, Any] = {}
+        self._meta: Callable[[], Mapping[str, Any]] = dict
+        self._written_meta: dict[str, str] = {}
+        self._dirty: dict[Any, None] = {}
+        self._events: list[Any] = []
+        self._lazy_due: float | None = None
+        self._open_batch: _Batch | None = None
+        self._inflight: _Batch | None = None
+        self._kick = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._closing = False
+        self._failure: StoreUnavailable | None = None
+        self._room = 0
+        self._pending_bytes = 0
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed so far (tests prove batching with it)."""
+        return self.writer.commits
+
+    @property
+    def path(self) -> Path:
+        return self.writer.path
+
+    async def connection_settings(self) -> dict[str, Any]:
+        """journal_mode and synchronous of the writing connection (diagnostics, tests)."""
+        settings: dict[str, Any] = await self._run(self.writer.connection_settings)
+        return settings
+
+    # -- open, reload, close ---------------------------------------------------
+
+    async def open(self, build: Callable[[Loaded], S]) -> S:
+        """Lock the directory, check and load the file, and `build` the owner's state
+        from it on the writer thread (a million records take seconds: the loop stays free).
+
+        DataDirRefused when the directory cannot be used (the message says why).
+        """
+        _prepared_directory(self.directory)
+        self._lock.acquire()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobgate-journal")
+        try:
+            await self._run(self.writer.open)
+            state: S = await self._run(lambda: build(self._load()))
+            self._room = await self._run(self.writer.room)
+            self._reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        except BaseException:
+            await self._shut_down()
+            raise
+        self._closing = False
+        self._flusher = asyncio.create_task(self._flush_forever(), name="jobgate-journal-flush")
+        return state
+
+    def _load(self) -> Loaded:
+        loaded = self.writer.load(self._lazy_blobs)
+        self._written_meta = {name: _json(value) for name, value in loaded.meta.items()}
+        return loaded
+
+    def attach(self, records: Mapping[Any, Any], meta: Callable[[], Mapping[str, Any]]) -> None:
+        """Where sealing reads the marked records (by key) and the meta values (JSON-able;
+        written in the next commit where they differ from the file's)."""
+        self._records = records
+        self._meta = meta
+
+    async def reload(self, build: Callable[[Loaded], S]) -> S:
+        """After a failed commit: the owner's state built again from the file."""
+        state: S = await self._run(lambda: build(self._load()))
+        return state
+
+    def resume(self) -> None:
+        """The owner has rebuilt its state (attach first): calls are accepted again."""
+        self._failure = None
+
+    async def close(self) -> None:
+        """Commit what is marked, checkpoint, release the directory."""
+        if self._flusher is not None:
+            self._closing = True
+            self._kick.set()
+            with contextlib.suppress(Exception):
+                await self._flusher
+            self._flusher = None
+        await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._executor is not None:
+            with contextlib.suppress(Exception):
+                await self._run(self.writer.close)
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._lock.release()
+
+    def _run(self, call: Callable[[], Any]) -> Awaitable[Any]:
+        if self._executor is None:
+            raise StoreUnavailable("the data directory is closed")
+        return asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    # -- what transitions tell it ----------------------------------------------
+
+    def mark(self, key: Any, lazy: bool = False) -> None:
+        """Record `key` changed; written whole at the next commit (lazy: within lazy_delay)."""
+        self._dirty[key] = None
+        if not lazy:
+            self._batch().eager = True
+        elif self._lazy_due is None:
+            self._lazy_due = time.monotonic() + self.lazy_delay
+            self._kick.set()
+
+    def append(self, event: Any) -> None:
+        self._events.append(event)
+        self._batch().eager = True
+
+    def _batch(self) -> _Batch:
+        if self._open_batch is None:
+            self._open_batch = _Batch(asyncio.get_running_loop())
+        return self._open_batch
+
+    # -- answers ----------------------------------------------------------------
+
+    def check(self) -> None:
+        """StoreUnavailable while the journal has diverged from memory (until resume)."""
+        if self._failure is not None:
+            raise self._failure
+
+    async def settled(self) -> None:
+        """Return once every eager mark made so far is committed.
+
+        At once when nothing is pending; else it waits for the open batch
+        (which includes this caller's changes) or for the one being
+        committed (whose changes this caller may have read).
+        """
+        self.check()
+        batch = self._open_batch if self._open_batch and self._open_batch.eager else None
+        batch = batch or self._inflight
+        if batch is None:
+            return
+        self._kick.set()
+        await asyncio.shield(batch.done)  # shared by many callers: one leaving cancels nothing
+
+    async def flush(self) -> None:
+        """Commit everything marked so far, lazy marks included."""
+        self.check()
+        if self._dirty or self._events:
+            self._batch().eager = True
+        await self.settled()
+
+    def check_room(self, nbytes: int) -> None:
+        """QueueFull if about `nbytes` more (not committed yet) would eat into the reserve."""
+        if self._room - self._pending_bytes - nbytes < self.reserve:
+            raise QueueFull("the data directory's disk is full")
+        self._pending_bytes += nbytes
+
+    def blob(self, record: Any, name: str) -> bytes:
+        """`record`'s blob field `name`, read from the file (once) if the load left it there."""
+        value: bytes = getattr(record, name)
+        if not isinstance(value, Unloaded):
+            return value
+        if self._reader is None:
+            raise StoreUnavailable("the data directory is closed")
+        key = self.tables.records.key_of(record)
+        query = f"SELECT data FROM {self.tables.blob_table(name)} WHERE id = ?"
+        try:
+            row = self._reader.execute(query, (key,)).fetchone()
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"cannot read {name} of {key}: {error}") from None
+        value = b"" if row is None else bytes(row[0])
+        setattr(record, name, value)
+        return value
+
+    # -- the flusher --------------------------------------------------------------
+
+    async def _flush_forever(self) -> None:
+        housekeeping = time.monotonic() + self.housekeeping_every
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._sleep_until(housekeeping) - time.monotonic()):
+                    await self._kick.wait()
+            self._kick.clear()
+            now = time.monotonic()
+            eager = self._open_batch is not None and self._open_batch.eager
+            lazy_due = self._lazy_due is not None and self._lazy_due <= now
+            if eager or lazy_due or now >= housekeeping or (self._closing and self._dirty):
+                housekeeping = now + self.housekeeping_every
+                await self._commit()
+            if self._closing and not self._dirty and not self._events:
+                return
+
+    def _sleep_until(self, housekeeping: float) -> float:
+        if self._closing or (self._open_batch is not None and self._open_batch.eager):
+            return time.monotonic()
+        if self._lazy_due is not None:
+            return min(self._lazy_due, housekeeping)
+        return housekeeping
+
+    async def _commit(self) -> None:
+        if self._failure is not None:  # memory is being rebuilt: nothing to write
+            return
+        batch = self._open_batch or _Batch(asyncio.get_running_loop())
+        self._open_batch = None
+        pending = self._pending_bytes
+        self._inflight = batch
+        try:
+            work = self._seal()
+            self._room = await self._run(lambda: self.writer.commit(work))
+        except Exception as error:  # a full disk, an I/O error, or a bug sealing: diverged
+            self._diverge(error, batch)
+            return
+        finally:
+            self._inflight = None
+        self._pending_bytes = max(0, self._pending_bytes - pending)
+        batch.done.set_result(None)
+
+    def _seal(self) -> Work:
+        """Encode everything marked since the last seal (on the loop: a consistent cut)."""
+        codec = self.tables.records
+        work = Work(now=self._clock())
+        for name in codec.blobs:
+            work.blobs[name], work.blob_deletes[name] = [], []
+        for key in self._dirty:
+            record = self._records.get(key)
+            if record is None:
+                continue  # dropped from memory (its TTL ran out): the TTL deletes its row
+            work.rows.append(codec.row(record))
+            for name, value in zip(codec.blobs, codec.blob_values(record), strict=True):
+                if isinstance(value, Unloaded):
+                    continue  # still on disk, unchanged
+                if value:
+                    work.blobs[name].append((key, value))
+                else:
+                    work.blob_deletes[name].append((key,))
+        events = self.tables.events
+        work.events = [events.row(event) for event in self._events]
+        for name, value in self._meta().items():
+            text = _json(value)
+            if self._written_meta.get(name) != text:
+                work.meta.append((name, text))
+                self._written_meta[name] = text
+        self._dirty = {}
+        self._events = []
+        self._lazy_due = None
+        return work
+
+    def _diverge(self, error: BaseException, batch: _Batch) -> None:
+        failure = StoreUnavailable(
+            f"the data directory could not be written ({error}); the store reloads it"
+        )
+        for failed in (batch, self._open_batch):
+            if failed is not None and not failed.done.done():
+                failed.done.set_exception(failure)
+                failed.done.exception()  # retrieved: its waiters may all be gone
+        self._open_batch = None
+        self._dirty = {}
+        self._events = []
+        self._lazy_due = None
+        self._pending_bytes = 0
+        self._failure = failure
+        self.on_diverged()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,297 @@
+"""The journal's writer: the one connection that writes the file, used from one thread.
+
+Every call here runs on the journal's dedicated thread (Journal's executor),
+so the connection never crosses threads and commits never overlap. One
+`commit(work)` is ONE SQLite transaction, whatever it carries: the records
+a batch of transitions touched, their audit events, changed meta values,
+the TTL deletions that fell due and the audit cap (one fsync under
+`synchronous=FULL`). A failure rolls the transaction back whole: the file
+stays at the previous batch.
+
+Growth is bounded: rows past their TTL and audit events past the cap are
+deleted in the commits that find them due; the WAL is checkpointed by
+SQLite every `wal_autocheckpoint` pages, truncated to `journal_size_limit`,
+and truncated outright every `checkpoint_every` seconds (when no reader
+holds it); pages freed by deletions are reused by later rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.journal.codec import UNLOADED
+from store.journal.schema import EXPIRE_FIELD, Tables, check_header, corrupt, insert_sql, prepare
+
+SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
+WAL_AUTOCHECKPOINT_PAGES = 1000
+JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+# Keys per `IN (...)` when the loader reads chosen blobs (under SQLite's 999 variables).
+LOAD_CHUNK = 500
+
+
+@dataclass
+class Work:
+    """One sealed batch: everything one commit writes (built on the event loop)."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    blobs: dict[str, list[tuple[Any, bytes]]] = field(default_factory=dict)  # upserts
+    blob_deletes: dict[str, list[tuple[Any]]] = field(default_factory=dict)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    meta: list[tuple[str, str]] = field(default_factory=list)
+    now: float = 0.0  # TTL deletions: rows whose expire_at <= now
+
+    @property
+    def empty(self) -> bool:
+        return not (self.rows or self.events or self.meta)
+
+
+@dataclass
+class Loaded:
+    """What the file held at open: every record by key, the meta values, the newest events."""
+
+    records: dict[Any, Any]
+    meta: dict[str, Any]
+    events: list[Any]
+
+
+#: Blob fields the loader reads only for the records the predicate keeps; the
+#: others of these stay on disk as UNLOADED, read back on first use. A blob
+#: field not named is read for every record.
+LazyBlobs = Mapping[str, Callable[[Any], bool]]
+
+
+class Writer:
+    """The writing connection and what it does; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        tables: Tables,
+        sync: str,
+        events_cap: int,
+        checkpoint_every: float = 30.0,
+        max_pages: int | None = None,
+    ) -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"data sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
+        self.directory = directory
+        self.path = directory / "jobgate.db"
+        self.tables = tables
+        self.sync = sync
+        self.events_cap = max(1, events_cap)
+        self.checkpoint_every = checkpoint_every
+        self.max_pages = max_pages
+        self.commits = 0  # transactions committed (tests count batching with it)
+        self._con: sqlite3.Connection | None = None
+        self._events_held = 0
+        self._newest_event = 0
+        self._page_size = 4096
+        self._last_checkpoint = time.monotonic()
+        records = tables.records
+        self._upsert_record = insert_sql("records", records.names)
+        self._insert_event = insert_sql("events", tables.events.names, replace=False)
+
+    # -- open and load -------------------------------------------------------
+
+    def open(self) -> None:
+        """Check and open the file (creating it when new); DataDirRefused when unusable."""
+        if self.path.exists():
+            check_header(self.path)
+        try:
+            con = sqlite3.connect(self.path, isolation_level=None)
+        except sqlite3.Error as error:
+            raise corrupt(self.path, str(error)) from None
+        try:
+            self._configure(con)
+            prepare(con, self.tables, self.path)
+        except sqlite3.DatabaseError as error:
+            con.close()
+            raise corrupt(self.path, str(error)) from None
+        except BaseException:
+            con.close()
+            raise
+        self._con = con
+        self._page_size = int(con.execute("PRAGMA page_size").fetchone()[0])
+
+    def _configure(self, con: sqlite3.Connection) -> None:
+        mode = con.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.DatabaseError(f"cannot use WAL mode (got {mode})")
+        con.execute(f"PRAGMA synchronous = {SYNC_MODES[self.sync]}")
+        con.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+        con.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        con.execute("PRAGMA busy_timeout = 200")  # a TRUNCATE checkpoint waits for readers briefly
+        con.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
+        if self.max_pages is not None:  # tests: a full disk at this many pages
+            con.execute(f"PRAGMA max_page_count = {self.max_pages}")
+
+    def connection_settings(self) -> dict[str, Any]:
+        con = self.con
+        return {
+            name: con.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("journal_mode", "synchronous", "wal_autocheckpoint", "journal_size_limit")
+        }
+
+    @property
+    def con(self) -> sqlite3.Connection:
+        if self._con is None:
+            raise RuntimeError("the journal writer is not open")
+        return self._con
+
+    def load(self, lazy: LazyBlobs) -> Loaded:
+        """Every record, the meta values and the newest `events_cap` events.
+
+        The collector is paused meanwhile: a load makes millions of objects
+        and no cycles, and each full collection would walk all of them again.
+        """
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._load(lazy)
+        except sqlite3.DatabaseError as error:
+            raise corrupt(self.path, str(error)) from None
+        finally:
+            if paused:
+                gc.enable()
+
+    def _load(self, lazy: LazyBlobs) -> Loaded:
+        codec = self.tables.records
+        build = codec.builder({name: UNLOADED for name in lazy})
+        records: dict[Any, Any] = {}
+        key_index = codec.names.index(codec.key)
+        for row in self.con.execute(f"SELECT {', '.join(codec.names)} FROM records"):
+            records[row[key_index]] = build(row)
+        for name in codec.blobs:
+            if name in lazy:
+                self._load_chosen_blobs(records, name, lazy[name])
+            else:
+                self._load_every_blob(records, name)
+        meta = {
+            name: json.loads(value)
+            for name, value in self.con.execute("SELECT name, value FROM meta")
+        }
+        events = self._load_events()
+        return Loaded(records, meta, events)
+
+    def _load_every_blob(self, records: dict[Any, Any], name: str) -> None:
+        for key, data in self.con.execute(f"SELECT id, data FROM {self.tables.blob_table(name)}"):
+            record = records.get(key)
+            if record is not None:
+                setattr(record, name, data)
+
+    def _load_chosen_blobs(
+        self, records: dict[Any, Any], name: str, keep: Callable[[Any], bool]
+    ) -> None:
+        """Blob `name` of the records `keep` chooses (b"" when it has no row)."""
+        wanted = [key for key, record in records.items() if keep(record)]
+        for key in wanted:
+            setattr(records[key], name, b"")
+        table = self.tables.blob_table(name)
+        for start in range(0, len(wanted), LOAD_CHUNK):
+            chunk = wanted[start : start + LOAD_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            query = f"SELECT id, data FROM {table} WHERE id IN ({marks})"
+            for key, data in self.con.execute(query, chunk):
+                setattr(records[key], name, data)
+
+    def _load_events(self) -> list[Any]:
+        codec = self.tables.events
+        count, newest = self.con.execute(
+            "SELECT count(*), coalesce(max(id), 0) FROM events"
+        ).fetchone()
+        self._events_held, self._newest_event = int(count), int(newest)
+        query = f"SELECT {', '.join(codec.names)} FROM events WHERE id > ? ORDER BY id"
+        return [codec.build(row) for row in self.con.execute(query, (newest - self.events_cap,))]
+
+    # -- commit ----------------------------------------------------------------
+
+    def commit(self, work: Work) -> int:
+        """Write `work` in one transaction; the room left afterwards (bytes)."""
+        con = self.con
+        held = self._events_held + len(work.events)
+        newest = int(work.events[-1][0]) if work.events else self._newest_event
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            self._write(con, work)
+            held = self._cap_events(con, held, newest)
+            con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise
+        self._events_held, self._newest_event = held, newest
+        if not work.empty:
+            self.commits += 1
+        if time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
+            self.checkpoint()
+        return self.room()
+
+    def _write(self, con: sqlite3.Connection, work: Work) -> None:
+        if work.rows:
+            con.executemany(self._upsert_record, work.rows)
+        for name, upserts in work.blobs.items():
+            table = self.tables.blob_table(name)
+            # the compare keeps an unchanged blob (most rewrites) from being written again
+            con.executemany(
+                f"INSERT INTO {table} (id, data) VALUES (?, ?) ON CONFLICT (id) "
+                "DO UPDATE SET data = excluded.data WHERE data IS NOT excluded.data",
+                upserts,
+            )
+        for name, keys in work.blob_deletes.items():
+            con.executemany(f"DELETE FROM {self.tables.blob_table(name)} WHERE id = ?", keys)
+        if work.events:
+            con.executemany(self._insert_event, work.events)
+        if work.meta:
+            con.executemany("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", work.meta)
+        self._delete_expired(con, work.now)
+
+    def _delete_expired(self, con: sqlite3.Connection, now: float) -> None:
+        if EXPIRE_FIELD not in self.tables.records.names:
+            return
+        due = f"SELECT id FROM records WHERE {EXPIRE_FIELD} <= ?"
+        for name in self.tables.records.blobs:
+            con.execute(f"DELETE FROM {self.tables.blob_table(name)} WHERE id IN ({due})", (now,))
+        con.execute(f"DELETE FROM records WHERE {EXPIRE_FIELD} <= ?", (now,))
+
+    def _cap_events(self, con: sqlite3.Connection, held: int, newest: int) -> int:
+        """Keep the newest `events_cap`, trimming once 10 % over (as the in-memory list);
+        how many are held afterwards."""
+        cap = self.events_cap
+        if held <= cap + max(1, cap // 10):
+            return held
+        con.execute("DELETE FROM events WHERE id <= ?", (newest - cap,))
+        return cap
+
+    def room(self) -> int:
+        """Bytes the file may still grow by: free pages inside it plus the disk's free space,
+        within `max_page_count`."""
+        con = self.con
+        pages = int(con.execute("PRAGMA page_count").fetchone()[0])
+        free = int(con.execute("PRAGMA freelist_count").fetchone()[0])
+        limit = int(con.execute("PRAGMA max_page_count").fetchone()[0])
+        inside = (limit - pages + free) * self._page_size
+        stats = os.statvfs(self.directory)
+        return min(inside, stats.f_bavail * stats.f_frsize + free * self._page_size)
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the file and truncate it (skipped while a reader holds it)."""
+        self._last_checkpoint = time.monotonic()
+        with contextlib.suppress(sqlite3.OperationalError):  # busy: the next one will
+            self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def close(self) -> None:
+        if self._con is None:
+            return
+        con, self._con = self._con, None
+        with contextlib.suppress(sqlite3.Error):
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        con.close()

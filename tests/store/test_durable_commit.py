@@ -1,0 +1,225 @@
+"""Group commit: answers wait for their commit, concurrent calls share one, failures are loud."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import StoreUnavailable
+from store.journal import Journal
+from store.journal.writer import Work
+from store.memory import LocalStore
+from store.memory.state import State
+from store.model import JobStatus
+from tests.helpers import assert_eventually
+from tests.store.conftest import TENANT, claim_one, submit_one
+from tests.store.durable import count, journal_of, open_store, query
+
+CONCURRENT = 200
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[LocalStore]:
+    opened = await open_store(tmp_path, housekeeping_every=3600)
+    yield opened
+    await opened.close()
+
+
+async def test_a_submit_is_in_the_file_when_it_answers(store: LocalStore, tmp_path: Path) -> None:
+    job = await submit_one(store, payload=b"kept")
+
+    assert query(tmp_path, "SELECT status FROM records WHERE id = ?", job.id) == [("queued",)]
+    assert query(tmp_path, "SELECT data FROM blob_payload WHERE id = ?", job.id) == [(b"kept",)]
+    assert query(tmp_path, "SELECT job_id FROM events") == [(job.id,)]
+
+
+async def test_concurrent_submits_share_commits(store: LocalStore) -> None:
+    journal = journal_of(store)
+    before = journal.commits
+
+    await asyncio.gather(*(submit_one(store) for _ in range(CONCURRENT)))
+
+    assert journal.commits - before <= CONCURRENT // 20
+
+
+async def test_sequential_submits_commit_one_by_one(store: LocalStore) -> None:
+    journal = journal_of(store)
+    before = journal.commits
+
+    for _ in range(5):
+        await submit_one(store)
+
+    assert journal.commits - before == 5
+
+
+@pytest.mark.parametrize(("sync", "level"), [("full", 2), ("normal", 1)])
+async def test_data_sync_sets_sqlites_synchronous(tmp_path: Path, sync: str, level: int) -> None:
+    store = await open_store(tmp_path, data_sync=sync)
+    try:
+        settings = await journal_of(store).connection_settings()
+    finally:
+        await store.close()
+
+    assert settings["journal_mode"] == "wal"
+    assert settings["synchronous"] == level
+
+
+async def test_a_heartbeat_answers_before_its_commit_and_is_committed_soon_after(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path, housekeeping_every=3600, lazy_delay=0.05)
+    try:
+        job = await submit_one(store)
+        claimed = await claim_one(store)
+        commits = journal_of(store).commits
+
+        await store.heartbeat(job.id, claimed.lease_id, 0.5, "halfway")
+
+        assert journal_of(store).commits == commits
+
+        async def persisted() -> bool:
+            rows = query(tmp_path, "SELECT progress, stage FROM records WHERE id = ?", job.id)
+            return rows == [(0.5, "halfway")]
+
+        await assert_eventually(persisted, message="the heartbeat never reached the file")
+    finally:
+        await store.close()
+
+
+class _HeldWriter:
+    """Holds the writer thread inside its next commit until released."""
+
+    def __init__(self, journal: Journal[State], monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        real: Callable[[Work], int] = journal.writer.commit
+
+        def held(work: Work) -> int:
+            self.entered.set()
+            self.release.wait(timeout=30)
+            return real(work)
+
+        monkeypatch.setattr(journal.writer, "commit", held)
+
+    async def wait_entered(self) -> None:
+        async def entered() -> bool:
+            return self.entered.is_set()
+
+        await assert_eventually(entered, message="the writer never started a commit")
+
+
+async def _yield_to_the_loop() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_read_waits_for_the_commit_of_what_it_reads(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await submit_one(store)
+    writer = _HeldWriter(journal_of(store), monkeypatch)
+    cancel = asyncio.create_task(store.cancel(TENANT, job.id))
+    await writer.wait_entered()
+
+    get = asyncio.create_task(store.get(TENANT, job.id))
+    await _yield_to_the_loop()
+    assert not get.done() and not cancel.done()
+    writer.release.set()
+
+    assert (await get).status is JobStatus.CANCELLED
+    assert (await cancel).cancelled
+
+
+async def test_a_read_with_nothing_pending_answers_at_once(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await submit_one(store)
+    _HeldWriter(journal_of(store), monkeypatch)  # any commit would now hang
+
+    assert (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+
+
+async def test_calls_made_during_a_commit_share_the_next_one(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = journal_of(store)
+    writer = _HeldWriter(journal, monkeypatch)
+    first = asyncio.create_task(submit_one(store))
+    await writer.wait_entered()
+    before = journal.commits
+
+    rest = asyncio.gather(*(submit_one(store) for _ in range(50)))
+    await _yield_to_the_loop()
+    writer.release.set()
+    await first
+    await rest
+
+    assert journal.commits - before == 2  # the held one, then one for all fifty
+
+
+def _fail_next_commit(journal: Journal[State], monkeypatch: pytest.MonkeyPatch) -> None:
+    real: Callable[[Work], int] = journal.writer.commit
+    calls = {"n": 0}
+
+    def failing(work: Work) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(work)
+
+    monkeypatch.setattr(journal.writer, "commit", failing)
+
+
+async def test_a_failed_commit_fails_its_calls(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fail_next_commit(journal_of(store), monkeypatch)
+
+    with pytest.raises(StoreUnavailable, match="could not be written"):
+        await submit_one(store)
+
+
+async def test_after_a_failed_commit_memory_is_rebuilt_from_the_file(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    kept = await submit_one(store)
+    _fail_next_commit(journal_of(store), monkeypatch)
+    with pytest.raises(StoreUnavailable):
+        await submit_one(store)
+
+    async def serving_again() -> bool:
+        try:
+            return await store.queue_depths() is not None
+        except StoreUnavailable:
+            return False
+
+    await assert_eventually(serving_again, message="the store never reloaded")
+    assert sum((await store.queue_depths()).values()) == 1
+    assert (await store.get(TENANT, kept.id)).status is JobStatus.QUEUED
+    assert count(tmp_path, "records") == 1
+    assert (await claim_one(store)).job.id == kept.id  # and transitions commit again
+
+
+async def test_a_claim_whose_caller_leaves_during_its_commit_gives_the_job_back(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = await submit_one(store)
+    writer = _HeldWriter(journal_of(store), monkeypatch)
+    claim = asyncio.create_task(store.claim("w1", [job.model]))
+    await writer.wait_entered()
+
+    claim.cancel()
+    writer.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+
+    async def queued_again() -> Any:
+        return (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+
+    await assert_eventually(queued_again, message="the abandoned claim kept its lease")

@@ -1,0 +1,206 @@
+"""The data directory's size: a full disk, TTL deletion, the audit cap, checkpoints."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from store import QueueFull, StoreUnavailable
+from store.memory import LocalStore
+from store.model import JobSpec, JobStatus, ResultReport, SubmitRequest
+from tests.helpers import assert_eventually
+from tests.store.conftest import MODEL, TENANT, claim_one, submit_group, submit_one
+from tests.store.durable import FakeClock, count, journal_of, open_store, query, settings
+
+FULL_AT_PAGES = 2000  # an 8 MiB "disk" (PRAGMA max_page_count)
+RESERVE = 1024 * 1024
+ROUNDS_AFTER_FULL = 1000
+
+
+async def _fill_until_refused(store: LocalStore) -> int:
+    """Submit 16 KiB jobs until Submit answers QueueFull; how many went in."""
+    for made in range(10_000):
+        try:
+            await submit_one(store, payload=b"f" * 16384)
+        except QueueFull:
+            return made
+    raise AssertionError("the disk never filled")
+
+
+async def test_a_full_disk_refuses_submit_and_lets_updates_through(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, max_pages=FULL_AT_PAGES, reserve=RESERVE)
+    try:
+        running = [await submit_one(store, model="run") for _ in range(ROUNDS_AFTER_FULL)]
+        waiting = [await submit_one(store, model="wait") for _ in range(ROUNDS_AFTER_FULL)]
+        leases: dict[str, str] = {}
+        while len(leases) < len(running):
+            for item in await store.claim("w1", ["run"], max_jobs=64):
+                leases[item.job.id] = item.lease_id
+        assert await _fill_until_refused(store) > 0
+        commits = journal_of(store).commits
+
+        for job, other in zip(running, waiting, strict=True):
+            await store.heartbeat(job.id, leases[job.id], 0.9, "last")
+            report = ResultReport(JobStatus.COMPLETED, b"r" * 64)
+            assert (await store.record_result(job.id, leases[job.id], report)).applied
+            assert (await store.cancel(TENANT, other.id)).cancelled
+
+        assert journal_of(store).commits - commits >= 2 * ROUNDS_AFTER_FULL
+        with pytest.raises(QueueFull):
+            await submit_one(store)
+    finally:
+        await store.close()
+
+
+async def test_a_refused_submit_writes_nothing(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, max_pages=FULL_AT_PAGES, reserve=RESERVE)
+    try:
+        made = await _fill_until_refused(store)
+        batch = [SubmitRequest(TENANT, JobSpec(MODEL, b"b" * 16384)) for _ in range(2)]
+        with pytest.raises(QueueFull):
+            await store.submit_batch(batch)
+
+        assert count(tmp_path, "records") == made
+        assert sum((await store.queue_depths()).values()) == made
+    finally:
+        await store.close()
+
+
+async def test_a_commit_the_disk_cannot_hold_fails_and_memory_returns_to_the_file(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path, max_pages=200, reserve=0)
+    try:
+        job = await submit_one(store)
+        claimed = await claim_one(store)
+        too_big = ResultReport(JobStatus.COMPLETED, b"x" * (2 * 1024 * 1024))
+
+        with pytest.raises(StoreUnavailable):
+            await store.record_result(job.id, claimed.lease_id, too_big)
+
+        async def reloaded() -> bool:
+            try:
+                return (await store.get(TENANT, job.id)).status is JobStatus.PROCESSING
+            except StoreUnavailable:
+                return False
+
+        await assert_eventually(reloaded, message="memory was not rebuilt from the file")
+        assert query(tmp_path, "SELECT status FROM records") == [("processing",)]
+        small = ResultReport(JobStatus.COMPLETED, b"fits")
+        assert (await store.record_result(job.id, claimed.lease_id, small)).applied
+    finally:
+        await store.close()
+
+
+async def test_a_terminal_job_leaves_the_file_at_its_ttl(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = await open_store(
+        tmp_path, settings(result_ttl=timedelta(seconds=60)), clock, housekeeping_every=3600
+    )
+    try:
+        job = await submit_one(store, payload=b"gone")
+        claimed = await claim_one(store)
+        await store.record_result(job.id, claimed.lease_id, ResultReport(JobStatus.COMPLETED, b"r"))
+        clock.advance(61)
+
+        await submit_one(store)  # any commit deletes what fell due
+
+        assert query(tmp_path, "SELECT id FROM records WHERE id = ?", job.id) == []
+        assert count(tmp_path, "blob_payload") == 1
+        assert count(tmp_path, "blob_result") == 0
+    finally:
+        await store.close()
+
+
+async def test_an_idle_store_still_deletes_what_fell_due(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = await open_store(
+        tmp_path, settings(result_ttl=timedelta(seconds=60)), clock, housekeeping_every=0.05
+    )
+    try:
+        job = await submit_one(store)
+        await store.cancel(TENANT, job.id)
+        clock.advance(61)
+
+        async def deleted() -> bool:
+            return count(tmp_path, "records") == 0
+
+        await assert_eventually(deleted, message="the expired job stayed in the file")
+    finally:
+        await store.close()
+
+
+async def test_a_groups_children_leave_the_file_with_it(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = await open_store(
+        tmp_path, settings(result_ttl=timedelta(seconds=60)), clock, housekeeping_every=3600
+    )
+    try:
+        group = await submit_group(store, 3)
+        await store.cancel(TENANT, group.id)
+        clock.advance(61)
+
+        await submit_one(store)
+
+        assert count(tmp_path, "records") == 1
+    finally:
+        await store.close()
+
+
+async def test_the_audit_trail_in_the_file_is_capped(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, settings(events_max_length=10))
+    try:
+        for _ in range(30):
+            await submit_one(store)
+
+        assert count(tmp_path, "events") <= 11
+        assert query(tmp_path, "SELECT max(id) FROM events") == [(30,)]
+    finally:
+        await store.close()
+
+
+async def test_the_wal_is_checkpointed_and_truncated(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, checkpoint_every=0)
+    try:
+        await submit_one(store, payload=b"p" * 100_000)
+
+        assert (tmp_path / "jobgate.db-wal").stat().st_size == 0
+        settings = await journal_of(store).connection_settings()
+        assert settings["wal_autocheckpoint"] > 0 and settings["journal_size_limit"] > 0
+    finally:
+        await store.close()
+
+
+async def _round(store: LocalStore, clock: FakeClock, jobs: int) -> None:
+    """Submit, run and complete `jobs` jobs, then let their TTL pass."""
+    for _ in range(jobs):
+        await submit_one(store, payload=b"p" * 1024)
+    for _ in range(jobs):
+        claimed = await claim_one(store)
+        report = ResultReport(JobStatus.COMPLETED, b"r" * 256)
+        await store.record_result(claimed.job.id, claimed.lease_id, report)
+    clock.advance(61)
+    await store.recover()
+    other = await submit_one(store, model="other")  # a commit, which deletes what fell due
+    await store.cancel(TENANT, other.id)
+
+
+async def test_the_file_stops_growing_when_jobs_come_and_go(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = await open_store(
+        tmp_path,
+        settings(result_ttl=timedelta(seconds=60), events_max_length=10),
+        clock,
+        checkpoint_every=0,
+    )
+    try:
+        await _round(store, clock, 300)
+        first = (tmp_path / "jobgate.db").stat().st_size
+        for _ in range(3):
+            await _round(store, clock, 300)
+
+        assert (tmp_path / "jobgate.db").stat().st_size <= first
+    finally:
+        await store.close()
