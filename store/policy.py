@@ -265,6 +265,15 @@ def _lua_stamps() -> list[str]:
             for name, how in fields.stamped(transition)
         ]
         functions.append(f"local function stamp_{transition}(key, now) {' '.join(calls)} end")
+    # the same as data, for a script that writes the stamps in its own HSET
+    for name, how in (("STAMP_ALWAYS", fields.Stamp.ALWAYS), ("STAMP_ONCE", fields.Stamp.ONCE)):
+        rows = {
+            transition: "{"
+            + ", ".join(_lua_string(f) for f, each in fields.stamped(transition) if each is how)
+            + "}"
+            for transition in transitions
+        }
+        functions.append(_lua_table(name, rows))
     return functions
 
 

@@ -7,8 +7,9 @@
     KEYS[11..]    the declared job and model groups and raw keys
                   (includes/declared.lua): every reported job, the claimed
                   models, and what the plans ask for
-    KEYS[last-1]  this call's operation key for the results: their codes are
-                  recorded under it as JSON, so a resend answers them alike
+    KEYS[last-1]  this call's operation key for the results: only its name
+                  is used, kept in each ended record ('op'), so a resend
+                  answers the results this call applied as applied
     KEYS[last]    this call's operation key for the claim (includes/once.lua):
                   its leases are recorded as claim.lua records them, so
                   release.lua can give them back when the caller is gone
@@ -67,42 +68,38 @@ local function answers_for(codes)
   return answers
 end
 
-local codes
-local recorded_codes = redis.call('GET', K_RESULTS_OP)
-if recorded_codes then
-  codes = cjson.decode(recorded_codes)
-else
-  -- plan every result first: nothing is written unless all keys are declared
-  codes = {}
-  local outcomes = {}
-  for i = 1, n_results do
-    local a = 12 + (i - 1) * 8
-    outcomes[i] = attempt_outcome(ARGV[a + 2], ARGV[a + 7] == '1', ARGV[a + 5], ARGV[a + 3])
-    codes[i] = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i]) or 1
+-- plan every result first: nothing is written unless all keys are declared.
+-- A result this call applied already (a resend after a lost reply) is
+-- answered 1: its record keeps this call's results op id.
+local codes = {}
+local outcomes = {}
+local fields = {}
+for i = 1, n_results do
+  local a = 12 + (i - 1) * 8
+  outcomes[i] = attempt_outcome(ARGV[a + 2], ARGV[a + 7] == '1', ARGV[a + 5], ARGV[a + 3])
+  local code, j = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i], K_RESULTS_OP)
+  codes[i], fields[i] = code or 2, j
+end
+plan_groups()
+local needed_keys = keys_needed()
+if needed_keys then
+  return needed_keys
+end
+local ended = {}
+for i = 1, n_results do
+  local a = 12 + (i - 1) * 8
+  if codes[i] == 2 and ended[ARGV[a]] then
+    -- the same job twice: checked again after the first one's end, as it
+    -- would be in a call of its own (a repeat, or LEASE_LOST)
+    local code, j = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i], nil)
+    codes[i], fields[i] = code or 2, j
   end
-  plan_groups()
-  local needed = keys_needed()
-  if needed then
-    return needed
-  end
-  local changed = false
-  local ended = {}
-  for i = 1, n_results do
-    local a = 12 + (i - 1) * 8
-    if codes[i] == 1 and ended[ARGV[a]] then
-      -- the same job twice: checked again after the first one's end, as it
-      -- would be in a call of its own (a repeat, or LEASE_LOST)
-      codes[i] = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i]) or 1
-    end
-    if codes[i] == 1 then
-      ended[ARGV[a]] = true
-      end_attempt(ARGV[a], outcomes[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
-        ARGV[a + 6], ARGV[a + 7] == '1', tonumber(ARGV[10]), tonumber(ARGV[11]))
-      changed = true
-    end
-  end
-  if changed then
-    redis.call('SET', K_RESULTS_OP, cjson.encode(codes), 'PX', OP_TTL_MS)
+  if codes[i] == 2 then
+    ended[ARGV[a]] = true
+    end_attempt(ARGV[a], fields[i], K_RESULTS_OP, outcomes[i], ARGV[a + 2], ARGV[a + 3],
+      ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7] == '1', tonumber(ARGV[10]),
+      tonumber(ARGV[11]))
+    codes[i] = 1
   end
 end
 

@@ -7,7 +7,9 @@
                  (includes/declared.lua): the job, and what the plan asks
                  for (its model, idempotency key, a child's parent and
                  siblings)
-    KEYS[last]   this call's operation key (includes/once.lua)
+    KEYS[last]   this call's operation key (includes/once.lua); only its name is
+                 used: the ended record keeps it ('op'), so a resend of this
+                 call answers as the first run did without a key of its own
     ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
                  (common.lua)
     ARGV[5]      job id
@@ -50,11 +52,8 @@
 --- @include "end_attempt"
 
 local id = ARGV[5]
-if op_recorded() then
-  return {1, snapshot(id), 1}
-end
 local outcome = attempt_outcome(ARGV[7], ARGV[12] == '1', ARGV[10], ARGV[8])
-local code = end_attempt_check(id, ARGV[6], outcome)
+local code, j = end_attempt_check(id, ARGV[6], outcome, K_OP)
 if code and code < 0 then
   return {code}
 end
@@ -63,10 +62,9 @@ local needed = keys_needed()
 if needed then
   return needed
 end
-if code == 0 then
-  return {1, snapshot(id), 0}
+if code then  -- 0: the same outcome again; 1: this call's own, resent
+  return {1, snapshot(id), code}
 end
-end_attempt(id, outcome, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12] == '1',
-  tonumber(ARGV[13]), tonumber(ARGV[14]))
-op_record('1')
+end_attempt(id, j, K_OP, outcome, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11],
+  ARGV[12] == '1', tonumber(ARGV[13]), tonumber(ARGV[14]))
 return {1, snapshot(id), 1}

@@ -8,7 +8,8 @@
     KEYS[..]     the declared job and model groups (includes/declared.lua):
                  every job id of the request and every model; the job an
                  idempotency key names, once asked for
-    KEYS[last]   this call's operation key (includes/once.lua)
+    KEYS[last]   this call's operation key (unused: the new job's id, drawn by the
+                 caller per call, tells a resend: the job exists)
     ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
                  (common.lua)
     ARGV[5]      tenant
@@ -50,11 +51,6 @@
 --- @include "once"
 --- @include "submit"
 
-local created = op_recorded()
-if created then
-  return {1, 0, snapshot(created)}
-end
-
 local item = {
   tenant = ARGV[5],
   fingerprint = ARGV[6],
@@ -62,6 +58,13 @@ local item = {
   spec = cjson.decode(ARGV[10]),
   payload_at = 12,
 }
+-- A resend of this call after a lost reply: the job it made exists (its id
+-- is this call's own, drawn by the caller), so it answers as the first run.
+local root_id = item.spec['id']
+if redis.call('EXISTS', jk(root_id)) == 1 then
+  return {1, 0, snapshot(root_id)}
+end
+
 local caps = {per_tenant = tonumber(ARGV[7]), total = tonumber(ARGV[8]),
   children = tonumber(ARGV[9])}
 
@@ -78,5 +81,4 @@ if verdict then
 end
 
 local root = submit_create(item)
-op_record(root)
 return {1, 0, snapshot(root)}

@@ -16,12 +16,40 @@
 local HINT_HEADS = 4
 local HINT_MAX = 64
 
--- The first `n` ids of every ready queue of `models`, priority-major.
-local function peek_heads(models, n)
-  local ids = {}
+-- Queues this script found empty: its later reads and the hints skip them
+-- (nothing a claim does queues a job).
+local EMPTY = {}
+
+-- The head (id, score) of a ready queue, or nil when it is empty.
+local function head_of(key)
+  if EMPTY[key] then
+    return nil
+  end
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if not head[1] then
+    EMPTY[key] = true
+    return nil
+  end
+  return head[1], tonumber(head[2])
+end
+
+-- Every ready queue of `models`, priority-major.
+local function claim_queues(models)
+  local keys = {}
   for p = 1, 3 do
     for _, model in ipairs(models) do
-      for _, id in ipairs(redis.call('ZRANGE', queue_key(model, p), 0, n - 1)) do
+      keys[#keys + 1] = queue_key(model, p)
+    end
+  end
+  return keys
+end
+
+-- The first `n` ids of every ready queue of `models` not known empty, priority-major.
+local function peek_heads(models, n)
+  local ids = {}
+  for _, key in ipairs(claim_queues(models)) do
+    if not EMPTY[key] then
+      for _, id in ipairs(redis.call('ZRANGE', key, 0, n - 1)) do
         ids[#ids + 1] = id
       end
     end
@@ -29,17 +57,23 @@ local function peek_heads(models, n)
   return ids
 end
 
--- The claim of `id` touches its hash, its payload and a child's parent:
--- true when all are declared (otherwise they are asked for).
+-- What a claim reads of a queued job, in one HMGET: claim_one's fields and
+-- the event's (includes/common.lua emit).
+local CLAIM_FIELDS = {'status', 'model', 'run_timeout', 'parent_id', 'weight', 'pool',
+  'attempts', 'tenant', 'priority', 'error_code'}
+
+-- The claim of `id` touches its hash, its payload and a child's parent: its
+-- fields when all are declared, else false (they are asked for).
 local function claimable(id)
   if not need_job(id) then
     return false
   end
-  local parent_id = redis.call('HGET', jk(id), 'parent_id')
-  if parent_id and parent_id ~= '' then
-    return need_job(parent_id)
+  local f = redis.call('HMGET', jk(id), unpack(CLAIM_FIELDS))
+  local parent_id = f[4]
+  if parent_id and parent_id ~= '' and not need_job(parent_id) then
+    return false
   end
-  return true
+  return f
 end
 
 -- Under fair share, the highest score handed out per model and priority by
@@ -55,10 +89,10 @@ local function raise_floors()
   HANDED_OUT = {}
 end
 
-local function claim_one(id, lease_id, worker_id, lease_ms, score, priority)
+-- Claim job `id` (popped, its fields `f` from claimable()). One HSET writes
+-- the attempt and the field table's claim stamps (store/fields.py).
+local function claim_one(id, f, lease_id, worker_id, lease_ms, score, priority)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'model', 'run_timeout', 'parent_id', 'weight',
-    'pool')
   if not f[1] then
     redis.call('ZREM', K_QTIMEOUTS, id)
     redis.call('ZREM', K_RETRIES, id)
@@ -74,18 +108,26 @@ local function claim_one(id, lease_id, worker_id, lease_ms, score, priority)
     handed[priority] = math.max(handed[priority] or 0, score)
   end
   local deadline = NOW + lease_ms
-  redis.call('HINCRBY', key, 'attempts', 1)
-  redis.call('HSET', key, 'status', ST.PROCESSING, 'worker_id', worker_id,
+  local attempts = (tonumber(f[7]) or 0) + 1
+  local record = {'status', ST.PROCESSING, 'worker_id', worker_id, 'attempts', attempts,
     'lease_id', lease_id, 'lease_deadline', deadline, 'update_time', NOW,
-    'cancel_requested', 0, 'outcome', '')
-  stamp_claim(key, NOW)
+    'cancel_requested', 0, 'outcome', ''}
+  for _, name in ipairs(STAMP_ALWAYS.claim or {}) do
+    record[#record + 1] = name
+    record[#record + 1] = NOW
+  end
+  redis.call('HSET', key, unpack(record))
+  for _, name in ipairs(STAMP_ONCE.claim or {}) do
+    redis.call('HSETNX', key, name, NOW)
+  end
   redis.call('ZADD', K_LEASES, deadline, id)
   local run_timeout = tonumber(f[3]) or 0
   if run_timeout > 0 then
     redis.call('ZADD', K_RUN, NOW + run_timeout, id)
   end
   redis.call('HINCRBY', K_INFLIGHT, queue_class(f[2], f[6]), 1)
-  emit(id, ST.QUEUED, ST.PROCESSING)
+  emit(id, ST.QUEUED, ST.PROCESSING, {f[4] or '', f[8], f[2], f[9], attempts, worker_id,
+    f[10] or ''})
   notify('j', id)
   notify('q', f[2])
   local parent_id = f[4]
@@ -109,22 +151,10 @@ local function claim_one(id, lease_id, worker_id, lease_ms, score, priority)
 end
 
 -- The ids at the heads of the ready queues of `models`, for the next claim
--- of up to max_jobs, and the parents of those that are declared (a group
--- child's claim touches its parent).
+-- of up to max_jobs to declare (the parents of children claimed now come
+-- from the claimed entries: store/redis/hints.py).
 local function head_hints(models, max_jobs)
-  local hints = peek_heads(models, math.min(math.max(HINT_HEADS, max_jobs), HINT_MAX))
-  local parents = {}
-  for i = 1, #hints do
-    local id = hints[i]
-    if D_JOB[id] then
-      local parent_id = redis.call('HGET', jk(id), 'parent_id')
-      if parent_id and parent_id ~= '' and not parents[parent_id] then
-        parents[parent_id] = true
-        hints[#hints + 1] = parent_id
-      end
-    end
-  end
-  return hints
+  return peek_heads(models, math.min(math.max(HINT_HEADS, max_jobs), HINT_MAX))
 end
 
 -- Claim up to max_jobs from the ready queues of the declared queue classes
@@ -132,28 +162,36 @@ end
 -- within a priority (the lowest score, then the lowest id), taking lease ids
 -- from ARGV[lease_at ..]. When it stops at an undeclared head it asks for
 -- the first `peek` ids of every queue (the caller asks for more after a
--- round lost its heads to other claimers). Returns the claimed entries, their {id, lease_id,
--- deadline} leases, and the ids it stopped for (empty when it did not stop).
+-- round lost its heads to other claimers). Returns the claimed entries, their
+-- {id, lease_id, deadline} leases, and the ids it stopped for (empty when it
+-- did not stop). One EXISTS first: a claim with nothing queued reads no queue.
 local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
   local claimed = {}
   local leases = {}
+  local queues = claim_queues(models)
+  if redis.call('EXISTS', unpack(queues)) == 0 then
+    for _, key in ipairs(queues) do
+      EMPTY[key] = true
+    end
+    return claimed, leases, NEED_IDS
+  end
   for p = 1, 3 do
     while #claimed < max_jobs do
       -- the head with the lowest (score, id) among this priority's queues
       local best_key, best_score, best_id
       for _, model in ipairs(models) do
         local key = queue_key(model, p)
-        local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        local score = head[1] and tonumber(head[2])
+        local id, score = head_of(key)
         if score and (not best_score or score < best_score
-            or (score == best_score and head[1] < best_id)) then
-          best_key, best_score, best_id = key, score, head[1]
+            or (score == best_score and id < best_id)) then
+          best_key, best_score, best_id = key, score, id
         end
       end
       if not best_key then
         break
       end
-      if not claimable(best_id) then
+      local f = claimable(best_id)
+      if not f then
         -- ask for every id the rest of this claim may meet, not just this one
         for _, id in ipairs(peek_heads(models, math.max(peek, max_jobs - #claimed))) do
           need_job(id)
@@ -162,7 +200,7 @@ local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
         return claimed, leases, NEED_IDS
       end
       local id = redis.call('ZPOPMIN', best_key)[1]
-      local job = claim_one(id, ARGV[lease_at + #claimed], worker_id, lease_ms, best_score, p)
+      local job = claim_one(id, f, ARGV[lease_at + #claimed], worker_id, lease_ms, best_score, p)
       if job then
         claimed[#claimed + 1] = job
         leases[#leases + 1] = {id, job[3], job[4]}

@@ -124,11 +124,15 @@ local function notify(kind, what)
 end
 
 -- The events this script appended, each {stream id, field, value, ...}.
--- Call after the record is updated: the event carries its new fields.
+-- Call after the record is updated: the event carries its new fields. A
+-- caller that knows them passes `known` ({parent_id, tenant, model,
+-- priority, attempts, worker_id, error_code}, in that order) and spares
+-- the read.
+local EVENT_FIELDS = {'parent_id', 'tenant', 'model', 'priority', 'attempts', 'worker_id',
+  'error_code'}
 local EMITTED = {}
-local function emit(id, from, to)
-  local f = redis.call('HMGET', jk(id), 'parent_id', 'tenant', 'model', 'priority',
-    'attempts', 'worker_id', 'error_code')
+local function emit(id, from, to, known)
+  local f = known or redis.call('HMGET', jk(id), unpack(EVENT_FIELDS))
   local fields = {
     'job_id', id, 'parent_job_id', f[1] or '', 'tenant', f[2] or '', 'model', f[3] or '',
     'priority', f[4] or '', 'from', from or '', 'to', to, 'attempts', f[5] or '0',
@@ -160,7 +164,7 @@ end
 local function to_queued(id, from, delay_ms)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout', 'pool',
-    'tenant', 'weight')
+    'tenant', 'weight', 'parent_id', 'attempts', 'worker_id', 'error_code')
   local seq = f[3]
   if not seq or seq == '' or seq == '0' then
     seq = next_score(f[1], f[2], f[6], f[7])
@@ -177,7 +181,7 @@ local function to_queued(id, from, delay_ms)
     redis.call('ZADD', queue_key(class, f[2]), seq, id)
     notify('r', class .. ' ' .. id)
   end
-  emit(id, from, ST.QUEUED)
+  emit(id, from, ST.QUEUED, {f[8], f[6], f[1], f[2], f[9], f[10], f[11]})
   notify('j', id)
 end
 
@@ -209,12 +213,19 @@ local function release_held(parent_id)
   end
 end
 
-local function expire_job(id, ttl_ms)
+-- The record, payload, result and idempotency key of job `id` get `ttl_ms`.
+-- A caller that read the record's idem_ref passes it (false: none), and
+-- `result_set` false when it knows no result key exists or has its TTL.
+local function expire_job(id, ttl_ms, idem, result_set)
   local key = jk(id)
   redis.call('PEXPIRE', key, ttl_ms)
   redis.call('PEXPIRE', payload_key(id), ttl_ms)
-  redis.call('PEXPIRE', result_key(id), ttl_ms)
-  local idem = redis.call('HGET', key, 'idem_ref')
+  if result_set ~= false then
+    redis.call('PEXPIRE', result_key(id), ttl_ms)
+  end
+  if idem == nil then
+    idem = redis.call('HGET', key, 'idem_ref')
+  end
   if idem and idem ~= '' then
     redis.call('PEXPIRE', declared_key(idem), ttl_ms)
   end
@@ -274,33 +285,43 @@ end
 
 -- Any live status -> a terminal one: drop every index entry, free the live
 -- counters, record the event, set the TTLs, do the group bookkeeping.
-finish = function(id, status, error_code, error_message)
+-- `extra`: more field/value pairs for the record, written in the same HSET
+-- (an attempt's outcome, its result's content type...); `result_set` as
+-- expire_job's.
+finish = function(id, status, error_code, error_message, extra, result_set)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'status', 'kind', 'model', 'priority', 'tenant',
-    'parent_id', 'pool')
+    'parent_id', 'pool', 'attempts', 'worker_id', 'idem_ref')
   local from, kind, model, tenant, parent_id = f[1], f[2], f[3], f[5], f[6]
   if not from or TERMINAL[from] then
     return
   end
-  redis.call('ZREM', K_LEASES, id)
-  redis.call('ZREM', K_RUN, id)
-  redis.call('ZREM', K_RETRIES, id)
-  redis.call('ZREM', K_QTIMEOUTS, id)
-  if from == ST.QUEUED and kind ~= KIND.GROUP then
+  -- only the index sets a job of that status is in
+  if kind == KIND.GROUP then
+    -- a parent is in none
+  elseif from == ST.QUEUED then
+    redis.call('ZREM', K_RETRIES, id)
+    redis.call('ZREM', K_QTIMEOUTS, id)
     redis.call('ZREM', queue_key(queue_class(model, f[7]), f[4]), id)
     notify('q', model)
   elseif from == ST.HELD then
     redis.call('ZREM', held_key(parent_id), id)
-  elseif from == ST.PROCESSING and kind ~= KIND.GROUP then
+  elseif from == ST.PROCESSING then
+    redis.call('ZREM', K_LEASES, id)
+    redis.call('ZREM', K_RUN, id)
     redis.call('HINCRBY', K_INFLIGHT, queue_class(model, f[7]), -1)
   end
   if kind ~= KIND.GROUP then
     redis.call('HINCRBY', K_LIVE, tenant, -1)
     redis.call('DECR', K_LIVE_TOTAL)
   end
-  redis.call('HSET', key, 'status', status, 'end_time', NOW, 'update_time', NOW,
-    'error_code', error_code, 'error_message', error_message)
-  emit(id, from, status)
+  local record = {'status', status, 'end_time', NOW, 'update_time', NOW,
+    'error_code', error_code, 'error_message', error_message}
+  for _, value in ipairs(extra or {}) do
+    record[#record + 1] = value
+  end
+  redis.call('HSET', key, unpack(record))
+  emit(id, from, status, {parent_id or '', tenant, model, f[4], f[8], f[9], error_code})
   notify('j', id)
   if kind == KIND.GROUP then
     if group_done(id) then
@@ -309,20 +330,23 @@ finish = function(id, status, error_code, error_message)
   elseif kind == KIND.CHILD then
     child_ended(parent_id, status, from == ST.QUEUED or from == ST.PROCESSING)
   else
-    expire_job(id, RESULT_TTL_MS)
+    if result_set == nil then
+      result_set = status == ST.COMPLETED  -- only a completed job may have a result
+    end
+    expire_job(id, RESULT_TTL_MS, f[10] or false, result_set)
   end
 end
 
 -- A PROCESSING attempt failed in a way that may be retried (retryable
 -- failure, lease expiry, run timeout): requeue it after delay_ms, or end it
 -- FAILED with ATTEMPTS_EXHAUSTED past max_attempts.
-local function retry_or_exhaust(id, error_code, error_message, delay_ms)
+local function retry_or_exhaust(id, error_code, error_message, delay_ms, extra)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'attempts', 'max_attempts', 'model', 'parent_id', 'pool')
   -- a running child may finish its attempt after its group was cancelled,
   -- but a retry would queue work for a cancelled group
   if f[4] and f[4] ~= '' and redis.call('HGET', jk(f[4]), 'status') == ST.CANCELLED then
-    finish(id, ST.CANCELLED, ERR.CANCELLED, MSG_GROUP_CANCELLED)
+    finish(id, ST.CANCELLED, ERR.CANCELLED, MSG_GROUP_CANCELLED, extra)
     return
   end
   if tonumber(f[1]) >= tonumber(f[2]) then
@@ -330,10 +354,14 @@ local function retry_or_exhaust(id, error_code, error_message, delay_ms)
     if error_message ~= '' then
       message = exhausted_message_of(error_code, error_message)
     end
-    finish(id, ST.FAILED, ERR.ATTEMPTS_EXHAUSTED, message)
+    finish(id, ST.FAILED, ERR.ATTEMPTS_EXHAUSTED, message, extra)
     return
   end
-  redis.call('HSET', key, 'error_code', error_code, 'error_message', error_message)
+  local record = {'error_code', error_code, 'error_message', error_message}
+  for _, value in ipairs(extra or {}) do
+    record[#record + 1] = value
+  end
+  redis.call('HSET', key, unpack(record))
   leave_processing(id, queue_class(f[3], f[5]))
   to_queued(id, ST.PROCESSING, delay_ms)
 end

@@ -7,18 +7,20 @@
 -- Plans read only declared keys; what an undeclared record would tell
 -- (its model, its parent) is asked for in the next round.
 
--- The fields plans use of job `id`, or nil: undeclared (now asked for) or gone.
+-- The fields plans use of job `id` (and the lease fields a worker's call
+-- checks, in the same HMGET), or nil: undeclared (now asked for) or gone.
 local function plan_read(id)
   if not need_job(id) then
     return nil
   end
   local f = redis.call('HMGET', jk(id), 'status', 'kind', 'model', 'parent_id', 'idem_ref',
-    'child_models', 'pool')
+    'child_models', 'pool', 'lease_id', 'outcome', 'cancel_requested', 'attempts', 'op')
   if not f[1] then
     return nil
   end
   return {status = f[1], kind = f[2], model = f[3] or '', parent_id = f[4] or '',
-    idem_ref = f[5] or '', child_models = f[6], pool = f[7] or ''}
+    idem_ref = f[5] or '', child_models = f[6], pool = f[7] or '', lease_id = f[8],
+    outcome = f[9], cancel_requested = f[10], attempts = f[11], op = f[12]}
 end
 
 -- The queues a job of (model, pool) waits in, and its model's fair-share
@@ -76,8 +78,8 @@ end
 -- Job `id` may change status in this script (end, requeue, retry, release):
 -- its record, its queues, its idempotency key (expired with it), a group's
 -- children; a child's parent is planned by plan_groups().
-local function plan_transition(id)
-  local j = plan_read(id)
+local function plan_transition(id, read)
+  local j = read or plan_read(id)
   if not j then
     return
   end

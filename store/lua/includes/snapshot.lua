@@ -28,8 +28,12 @@ local function queue_position(id, model, priority, score, pool)
     classes[2] = model
   end
   local n = 0
-  for _, class in ipairs(classes) do
-    n = n + ahead_in(queue_key(class, priority), score, id)
+  for i, class in ipairs(classes) do
+    if i == 1 then  -- its own queue: its rank, ties by id as claims break them
+      n = n + (redis.call('ZRANK', queue_key(class, priority), id) or 0)
+    else
+      n = n + ahead_in(queue_key(class, priority), score, id)
+    end
     for p = 1, priority - 1 do
       n = n + redis.call('ZCARD', queue_key(class, p))
     end
@@ -53,7 +57,10 @@ local function snapshot(id)
   if h['status'] == ST.QUEUED and h['kind'] ~= KIND.GROUP then
     position = queue_position(id, h['model'], h['priority'], h['seq'], h['pool'])
   end
-  local result = redis.call('GET', result_key(id)) or ''
+  local result = ''
+  if h['status'] == ST.COMPLETED then  -- only a completed job may have a result
+    result = redis.call('GET', result_key(id)) or ''
+  end
   local kids = {}
   if h['kind'] == KIND.GROUP then
     for _, cid in ipairs(redis.call('LRANGE', children_key(id), 0, -1)) do

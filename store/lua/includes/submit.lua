@@ -100,7 +100,6 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
     record[#record + 1] = value
   end
   redis.call('HSET', key, unpack(record))
-  redis.call('PERSIST', key)
   if payload then
     redis.call('SET', payload_key(job['id']), payload)
   end
@@ -164,7 +163,8 @@ local function submit_create(item)
     emit(root, nil, ST.QUEUED)
     notify('r', class .. ' ' .. root)
   end
-  notify('j', root)
+  -- no "j" for a job just made: nobody can be watching it yet, and the
+  -- "r" above (or release_held's) wakes a reader of the events stream
 
   if item.idem then
     redis.call('SET', item.idem, item.fingerprint .. ' ' .. root)
