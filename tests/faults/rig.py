@@ -30,7 +30,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from store.keys import Keys
+from store.keys import Keys, partition_tags
 from tests.e2e.api import duration
 from tests.e2e.harness import AuthFile, Deployment, Token, redis_deployment
 from tests.faults import handlers
@@ -443,13 +443,29 @@ class Rig:
     def redis_client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=10)
 
-    def read_events(self) -> list[Event]:
-        keys = Keys(self.partition)
+    @property
+    def partition_keys(self) -> list[Keys]:
+        """The keys of every partition of the deployment (--redis-partitions)."""
+        count = int(self.settings.get("redis-partitions", "1"))
+        return [Keys(tag) for tag in partition_tags(self.partition, count)]
+
+    def read_stream(self) -> list[tuple[tuple[int, int, int], dict[str, str]]]:
+        """Every partition's audit stream merged as the store merges them: by stream id
+        (the Redis clock's ms, then the sequence), the lower partition on a tie; each
+        entry's sort key (ms, sequence, partition) and fields."""
+        entries = []
         with self.redis_client() as client:
-            entries = client.xrange(keys.events, "-", "+")
+            for index, keys in enumerate(self.partition_keys):
+                for stream_id, raw in client.xrange(keys.events, "-", "+"):
+                    ms, _, seq = stream_id.decode().partition("-")
+                    fields = {k.decode(): v.decode() for k, v in raw.items()}
+                    entries.append(((int(ms), int(seq), index), fields))
+        entries.sort(key=lambda entry: entry[0])
+        return entries
+
+    def read_events(self) -> list[Event]:
         events = []
-        for _, raw in entries:
-            fields = {k.decode(): v.decode() for k, v in raw.items()}
+        for _, fields in self.read_stream():
             events.append(
                 Event(
                     job_id=fields["job_id"],
@@ -465,12 +481,14 @@ class Rig:
         return events
 
     def read_counters(self) -> dict[str, int]:
-        keys = Keys(self.partition)
+        """The admission counters, summed over the partitions."""
+        counters: dict[str, int] = {"*": 0}
         with self.redis_client() as client:
-            live = client.hgetall(keys.live)
-            total = client.get(keys.live_total)
-        counters = {k.decode(): int(v) for k, v in live.items()}
-        counters["*"] = int(total or 0)
+            for keys in self.partition_keys:
+                for tenant, count in client.hgetall(keys.live).items():
+                    name = tenant.decode()
+                    counters[name] = counters.get(name, 0) + int(count)
+                counters["*"] += int(client.get(keys.live_total) or 0)
         return counters
 
     def worker_calls(self, method: str) -> dict[str, float]:
