@@ -54,11 +54,12 @@ def _server(
 
 
 @contextmanager
-def embedded() -> Iterator[Topology]:
-    """`jobgate serve` on the embedded store: one process, two ports."""
+def embedded(settings: Mapping[str, str] = {}) -> Iterator[Topology]:
+    """`jobgate serve` on the embedded store: one process, two ports; `settings` are
+    more flags (`{"fair-share": "off"}`)."""
     with (
         tempfile.TemporaryDirectory(prefix="jobgate-bench-") as workdir,
-        _server("serve", Path(workdir)) as serve,
+        _server("serve", Path(workdir), settings) as serve,
     ):
         yield Topology(
             "embedded", serve.address("job"), serve.address("worker"), None, {"serve": _pid(serve)}
@@ -66,11 +67,13 @@ def embedded() -> Iterator[Topology]:
 
 
 @contextmanager
-def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
+def on_redis(
+    appendfsync: str | None = "everysec", settings: Mapping[str, str] = {}
+) -> Iterator[Topology]:
     """`jobgate gateway` + `jobgate worker-server` on a private redis-server.
 
     With AOF at `appendfsync`, or without persistence when it is None (the
-    peers' method for the end-to-end figures).
+    peers' method for the end-to-end figures); `settings` are more flags.
     """
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobgate-bench-")))
@@ -78,7 +81,7 @@ def on_redis(appendfsync: str | None = "everysec") -> Iterator[Topology]:
         redis = RedisServer(workdir, *aof)
         redis.start()
         stack.callback(redis.stop)
-        shared = {"redis-url": redis.url}
+        shared = {**settings, "redis-url": redis.url}
         gateway = stack.enter_context(_server("gateway", workdir, shared))
         worker_server = stack.enter_context(_server("worker-server", workdir, shared))
         assert redis.process is not None
