@@ -31,6 +31,9 @@ MODEL = "bench-fair"
 BOUND = 0.90
 #: A per-job command difference smaller than this is rounding, not a command.
 NOISE = 0.05
+#: The processes whose CPU is the deployment's own work per job (not the
+#: producer's or the worker's, which the mode does not change).
+SERVER_SIDE = ("gateway", "worker-server", "serve", "redis")
 
 
 def _producers(sizes: Sizes) -> list[tuple[str, int, dict[str, float]]]:
@@ -53,6 +56,14 @@ class Sitting:
 
     def rate(self, mode: str, producer: str) -> float:
         return statistics.median(run.rate for run in self.runs[(mode, producer)])
+
+    def cpu_ms(self, mode: str, producer: str) -> float:
+        """The servers' and Redis's CPU milliseconds per job, the median over the runs:
+        the mode's own cost, which the host's speed moves far less than throughput."""
+        return statistics.median(
+            sum(run.cpu.get(name, 0.0) for name in SERVER_SIDE) / run.jobs * 1000
+            for run in self.runs[(mode, producer)]
+        )
 
     def commands(self, mode: str, producer: str) -> dict[str, float]:
         """Commands per job by name, averaged over the runs."""
@@ -97,17 +108,22 @@ def throughput_lines(sittings: list[Sitting], sizes: Sizes, repeats: int) -> lis
         for producer, _, _ in _producers(sizes):
             ratio = sitting.rate("tenant", producer) / sitting.rate("off", producer)
             verdict = "within" if ratio >= BOUND else "**OVER**"
+            cpu = [sitting.cpu_ms(mode, producer) for mode in MODES]
             rows.append([sitting.topology, producer, _rates(sitting, "tenant", producer),
-                         _rates(sitting, "off", producer), f"{ratio:.2f}", verdict])  # fmt: skip
+                         _rates(sitting, "off", producer), f"{ratio:.2f}", verdict,
+                         f"{cpu[0]:.2f} / {cpu[1]:.2f}"])  # fmt: skip
     header = ["topology", "producer", "--fair-share tenant jobs/s", "--fair-share off jobs/s",
-              "tenant / off (medians)", f"bound {BOUND:.2f}"]  # fmt: skip
+              "tenant / off (medians)", f"bound {BOUND:.2f}",
+              "servers + Redis CPU ms per job, tenant / off"]  # fmt: skip
     return [f"## 13. Fair share on against off (end to end, worker concurrency {CONCURRENCY}; "
             f"{repeats} runs of each, interleaved, in one sitting)", "", *table(header, rows), "",
             "Each run is a fresh deployment of its mode (`--fair-share` is fixed for a "
             "deployment's life) measured as section 1 (bench/fairness.py); the runs "
             "alternate tenant, off, off, tenant, ... One tenant submits (the producer's "
             "JobClient), so the figures are fair share's own cost per job, not its "
-            f"interleaving. The bound: tenant's median at least {BOUND:.0%} of off's.",
+            f"interleaving. The bound: tenant's median at least {BOUND:.0%} of off's. The "
+            "last column is the CPU of the servers and Redis over each run (/proc, as "
+            "section 4), per job, the median of the runs.",
             ""]  # fmt: skip
 
 

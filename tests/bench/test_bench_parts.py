@@ -192,7 +192,15 @@ def _sitting(rates: dict[str, list[float]], commands: dict[str, dict[str, float]
     for mode, mode_rates in rates.items():
         for producer in ("1 Submit at a time", "32 Submits in flight", "BatchSubmit of 100"):
             sitting.runs[(mode, producer)] = [
-                Run("redis", 8, producer, jobs=int(rate), seconds=1.0, commands=commands[mode])
+                Run(
+                    "redis",
+                    8,
+                    producer,
+                    jobs=int(rate),
+                    seconds=1.0,
+                    commands=commands[mode],
+                    cpu={"gateway": rate / 1000, "redis": rate / 1000, "producer": 1.0},
+                )
                 for rate in mode_rates
             ]
     return sitting
@@ -202,7 +210,7 @@ def test_fair_share_rows_compare_the_medians_of_interleaved_runs() -> None:
     sitting = _sitting({"tenant": [80, 95, 90], "off": [100, 90, 120]}, {"tenant": {}, "off": {}})
     lines = throughput_lines([sitting], SIZES, 3)
     assert ("| redis (no persistence) | 1 Submit at a time | 80, 95, 90 (median 90) "
-            "| 100, 90, 120 (median 100) | 0.90 | within |") in lines  # fmt: skip
+            "| 100, 90, 120 (median 100) | 0.90 | within | 2.00 / 2.00 |") in lines  # fmt: skip
 
 
 def test_the_command_difference_names_each_command_added_and_removed() -> None:

@@ -221,7 +221,7 @@ def test_fair_share_on_against_off_has_a_judged_row_per_producer(
     section = _section(report, 13)
     for mode in MODES:
         row = _row(section, topology, mode)
-        assert re.search(r"\| [\d.]+ \| (within|\*\*OVER\*\*) \|$", row), row
+        assert re.search(r"\| [\d.]+ \| (within|\*\*OVER\*\*) \| [\d.]+ / [\d.]+ \|$", row), row
 
 
 def test_fair_share_commands_per_job_name_the_difference_per_producer(report: str) -> None:
