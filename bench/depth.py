@@ -9,9 +9,10 @@ queued job comes from the same fill, with a 1 KiB payload.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -59,23 +60,26 @@ class DepthRow:
 
 
 class BulkFiller:
-    """Queues jobs through RedisStore's submit script, many per round trip."""
+    """Queues jobs through RedisStore's submit script, many per round trip: copies of
+    `requests` in turn (by default one tenant's job of MODEL)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, requests: Sequence[SubmitRequest] = ()) -> None:
         big = 10**9
         self.store = RedisStore(url, StoreSettings(max_live_per_tenant=big, max_live_total=big))
         self.client = Redis.from_url(url)
         self.sha = read_script("submit").sha
-        self.request = SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL, payload=PAYLOAD))
-        self.fingerprint = self.request.fingerprint()
+        default = SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL, payload=PAYLOAD))
+        turns = [(request, request.fingerprint()) for request in requests or [default]]
+        self._requests = itertools.cycle(turns)
 
     async def _pipeline(self, count: int) -> None:
         part, settings = self.store.engine.owner, self.store.settings
-        head: list[ArgValue] = [TENANT, self.fingerprint, settings.max_live_per_tenant,
-                settings.max_live_total, settings.max_group_children]  # fmt: skip
         pipe = self.client.pipeline(transaction=False)
         for _ in range(count):
-            spec, payloads = part._spec(self.request)  # a fresh id per job, as submit()
+            request, fingerprint = next(self._requests)
+            head: list[ArgValue] = [request.tenant, fingerprint, settings.max_live_per_tenant,
+                    settings.max_live_total, settings.max_group_children]  # fmt: skip
+            spec, payloads = part._spec(request)  # a fresh id per job, as submit()
             # Every transition's last KEY is its own operation key (exactly once per
             # call); the job's id and model are declared (store/lua/includes/declared.lua).
             call = ScriptCall(

@@ -80,7 +80,7 @@ def redis_work_lines(rows: list[Row], jobs: int, repeats: int) -> list[str]:
     header = ["partitions", "jobs/s", "vs 1", "Redis commands/job", "Redis CPU ms/job",
               "gateway ms/job", "worker-server ms/job", "worker ms/job"]  # fmt: skip
     lines = [
-        "## 12. Redis work per job and what partitions cost (bench/redis_work.py)",
+        "## 15. Redis work per job and what partitions cost (bench/redis_work.py)",
         "",
         f"One Submit at a time, worker concurrency {CONCURRENCY}, {jobs} jobs a run, "
         f"medians of {repeats} runs alternated; targets: at most 40 commands and 0.35 ms "

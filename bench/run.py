@@ -10,6 +10,8 @@ bench.depth (cost against queue depth, memory per job), bench.under_load
 round trips per RPC, the batched ones per job too),
 bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions),
 bench.floors (a bare gRPC echo and bare redis-py calls: the floors),
+bench.spread (many tenants against one, ten pools against one), bench.fairness
+(fair share on against off: end to end and Redis commands per job),
 bench.timing (the durations the tests measure, against the bounds no test
 asserts).
 """
@@ -24,6 +26,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,12 +36,14 @@ from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
 from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
 from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
+from bench.fairness import command_lines, fair_share_sittings, throughput_lines
 from bench.floors import Floors
 from bench.floors import measure as measure_floors
 from bench.redis_work import redis_work, redis_work_lines
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import REPORT_BATCH, Trips, round_trips
 from bench.sink import Sink, sink
+from bench.spread import spread_lines, spread_rows
 from bench.timing import QUICK_TESTS, timing_lines, verdicts
 from bench.timing import measure as measure_timings
 from bench.under_load import IDLE, LoadState, under_load
@@ -62,6 +67,10 @@ class Plan:
     work_jobs: int  # per run of the Redis-work section
     work_repeats: int
     timing_tests: tuple[str, ...]  # where section 11 finds the tests that time
+    spread_jobs: int  # queued on each deployment of section 12
+    spread_tenants: int  # the many tenants of section 12
+    spread_calls: int  # timed calls of each kind per deployment
+    fair_repeats: int  # runs of each fair-share mode in section 13
 
 
 FULL = Plan(
@@ -70,6 +79,7 @@ FULL = Plan(
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
     cluster_jobs=2000, floor_calls=5000, timing_tests=("tests",), work_jobs=2000, work_repeats=3,
+    spread_jobs=100_000, spread_tenants=1000, spread_calls=200, fair_repeats=3,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
@@ -77,6 +87,7 @@ QUICK = Plan(
     depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
     cluster_jobs=200, floor_calls=300, timing_tests=QUICK_TESTS, work_jobs=60, work_repeats=1,
+    spread_jobs=1000, spread_tenants=10, spread_calls=20, fair_repeats=1,
 )  # fmt: skip
 
 
@@ -244,6 +255,17 @@ def _floors_section(plan: Plan, _: Sink) -> list[str]:
     return _floor_lines(measure_floors(plan.floor_calls))
 
 
+def _spread_section(plan: Plan, _: Sink) -> list[str]:
+    rows = spread_rows(plan.spread_jobs, plan.spread_tenants, plan.spread_calls)
+    return spread_lines(rows, plan.spread_calls)
+
+
+def _fair_section(plan: Plan, timing: Sink) -> list[str]:
+    sittings = fair_share_sittings(timing, plan.e2e, plan.fair_repeats)
+    return [*throughput_lines(sittings, plan.e2e, plan.fair_repeats),
+            *command_lines(sittings, plan.e2e)]  # fmt: skip
+
+
 def _timing_section(plan: Plan, _: Sink) -> list[str]:
     recorded, pytest_line, command = measure_timings(plan.timing_tests)
     return timing_lines(verdicts(recorded), pytest_line, command)
@@ -264,9 +286,16 @@ def _header(plan_name: str, label: str) -> list[str]:
             "timing-sink redis-server, which is how completions are timed.", ""]  # fmt: skip
 
 
+#: Every section that runs on both: the embedded store, then Redis without persistence.
+BOTH_TOPOLOGIES: tuple[Callable[[], AbstractContextManager[servers.Topology]], ...] = (
+    servers.embedded,
+    lambda: servers.on_redis(None),
+)
+
+
 def _e2e_section(plan: Plan, timing: Sink) -> list[str]:
     figures = []
-    for start in (servers.embedded, lambda: servers.on_redis(None)):
+    for start in BOTH_TOPOLOGIES:
         with start() as topology:
             figures.append(throughput_and_latency(topology, timing, plan.e2e))
     return [*_throughput_lines(figures), *_drain_lines(figures),
@@ -289,7 +318,7 @@ def _depth_section(plan: Plan, _: Sink) -> list[str]:
 
 def _load_section(plan: Plan, timing: Sink) -> list[str]:
     states = []
-    for start in (servers.embedded, lambda: servers.on_redis(None)):
+    for start in BOTH_TOPOLOGIES:
         with start() as topology:
             states += under_load(topology, timing, plan.streams, plan.pollers,
                                  plan.probe_rate, plan.probe_seconds)  # fmt: skip
@@ -315,6 +344,8 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "cluster": _cluster_section,
     "redis-work": _work_section,
     "floors": _floors_section,
+    "spread": _spread_section,
+    "fair": _fair_section,
     "timing": _timing_section,
 }
 

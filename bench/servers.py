@@ -54,11 +54,12 @@ def _server(
 
 
 @contextmanager
-def embedded() -> Iterator[Topology]:
-    """`jobgate serve` on the embedded store: one process, two ports."""
+def embedded(settings: Mapping[str, str] = {}) -> Iterator[Topology]:
+    """`jobgate serve` on the embedded store: one process, two ports; `settings` are
+    more flags (`{"fair-share": "off"}`)."""
     with (
         tempfile.TemporaryDirectory(prefix="jobgate-bench-") as workdir,
-        _server("serve", Path(workdir)) as serve,
+        _server("serve", Path(workdir), settings) as serve,
     ):
         yield Topology(
             "embedded", serve.address("job"), serve.address("worker"), None, {"serve": _pid(serve)}
@@ -81,7 +82,7 @@ def on_redis(
         redis = RedisServer(workdir, *aof)
         redis.start()
         stack.callback(redis.stop)
-        shared = {"redis-url": redis.url, **settings}
+        shared = {**settings, "redis-url": redis.url}
         gateway = stack.enter_context(_server("gateway", workdir, shared))
         worker_server = stack.enter_context(_server("worker-server", workdir, shared))
         assert redis.process is not None

@@ -11,10 +11,12 @@ import pytest
 
 from bench import run
 from bench.commandstats import describe, per_job
-from bench.e2e import Run, TopologyFigures
+from bench.e2e import Run, Sizes, TopologyFigures
+from bench.fairness import Sitting, command_difference, command_lines, throughput_lines
 from bench.procstat import cpu_seconds, rss_and_threads
 from bench.roundtrips import Trips
 from bench.sink import Sink
+from bench.spread import Case, Comparison, Probe, spread_lines
 from bench.timing import BOUNDS, timing_lines, verdicts
 from bench.under_load import LoadState
 from tests.redis_server import require_redis_server
@@ -157,3 +159,70 @@ def test_every_check_the_tests_record_has_a_bound() -> None:
                 names.add(node.args[0].value)
     assert names and names <= set(BOUNDS), sorted(names - set(BOUNDS))
     assert set(BOUNDS) <= names, sorted(set(BOUNDS) - names)
+
+
+def test_a_spread_case_takes_its_tenants_and_pools_in_turn() -> None:
+    tenants, pools = Case("3 tenants", 3, 0), Case("2 pools", 1, 2)
+    assert [tenants.tenant(turn) for turn in range(4)] == [
+        "bench-0",
+        "bench-1",
+        "bench-2",
+        "bench-0",
+    ]
+    assert [tenants.pool(turn) for turn in range(2)] == ["", ""]
+    assert [pools.pool(turn) for turn in range(3)] == ["p0", "p1", "p0"]
+
+
+def test_a_spread_comparison_gives_each_deployment_a_row_and_the_ratio_its_verdict() -> None:
+    spread = Probe(Case("10 pools x 10", 1, 10), 100, submit=[0.0013], claim=[0.0030])
+    single = Probe(Case("1 pool x 100", 1, 1), 100, submit=[0.0010], claim=[0.0020])
+    lines = spread_lines([Comparison("embedded", "pools", spread, single)], 20)
+    assert "| embedded | 10 pools x 10 | 100 | 1.30 / 1.30 | 3.00 / 3.00 |" in lines
+    assert (
+        "| embedded | 10 pools x 10 / 1 pool x 100 |  | 1.30x **OVER** | 1.50x **OVER** |" in lines
+    )
+
+
+SIZES = Sizes(sequential_jobs=10, inflight_jobs=10, batch_jobs=10, drain_jobs=10,
+              latency_rate=1, latency_seconds=1)  # fmt: skip
+
+
+def _sitting(rates: dict[str, list[float]], commands: dict[str, dict[str, float]]) -> Sitting:
+    sitting = Sitting("redis (no persistence)")
+    for mode, mode_rates in rates.items():
+        for producer in ("1 Submit at a time", "32 Submits in flight", "BatchSubmit of 100"):
+            sitting.runs[(mode, producer)] = [
+                Run(
+                    "redis",
+                    8,
+                    producer,
+                    jobs=int(rate),
+                    seconds=1.0,
+                    commands=commands[mode],
+                    cpu={"gateway": rate / 1000, "redis": rate / 1000, "producer": 1.0},
+                )
+                for rate in mode_rates
+            ]
+    return sitting
+
+
+def test_fair_share_rows_compare_the_medians_of_interleaved_runs() -> None:
+    sitting = _sitting({"tenant": [80, 95, 90], "off": [100, 90, 120]}, {"tenant": {}, "off": {}})
+    lines = throughput_lines([sitting], SIZES, 3)
+    assert ("| redis (no persistence) | 1 Submit at a time | 80, 95, 90 (median 90) "
+            "| 100, 90, 120 (median 100) | 0.90 | within | 2.00 / 2.00 |") in lines  # fmt: skip
+
+
+def test_the_command_difference_names_each_command_added_and_removed() -> None:
+    on = {"evalsha": 2.0, "hmget": 1.0, "hset": 2.0, "get": 0.01}
+    off = {"evalsha": 2.0, "get": 1.0, "set": 1.0, "hset": 1.02}
+    assert command_difference(on, off) == ("hmget +1.00, hset +0.98", "set -1.00, get -0.99")
+
+
+def test_fair_share_command_rows_come_from_redis_runs_only() -> None:
+    on, off = {"evalsha": 2.0, "hmget": 1.0}, {"evalsha": 2.0}
+    redis = _sitting({"tenant": [1], "off": [1]}, {"tenant": on, "off": off})
+    embedded = _sitting({"tenant": [1], "off": [1]}, {"tenant": {}, "off": {}})
+    lines = command_lines([redis, embedded], SIZES)
+    assert "| 1 Submit at a time | 3.0 | 2.0 | +1.00 | hmget +1.00 | none |" in lines
+    assert sum(line.startswith("| ") for line in lines) == 2 + 3  # header, rule, 3 Redis rows

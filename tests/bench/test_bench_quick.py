@@ -191,3 +191,40 @@ def test_timing_has_a_judged_row_per_figure_of_the_quick_tests(report: str) -> N
     assert re.search(r"\| [\d.]+ \| 2000 \| (within|\*\*OVER\*\*) \|", row), row
     assert re.search(r"\d+ of \d+ figures within their bounds", section)
     assert "The tests, run as `python -m pytest -q -m timing tests/worker/" in section
+
+
+def _section(report: str, number: int) -> str:
+    return report.split(f"## {number}. ", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("store", ["redis (no persistence)", "embedded"])
+def test_spread_compares_many_tenants_and_ten_pools_against_one_on_each_store(
+    report: str, store: str
+) -> None:
+    section = _section(report, 12)
+    for spread, single in (("10 tenants x 100", "1 tenant x 1,000"),
+                           ("10 pools x 100", "1 pool x 1,000")):  # fmt: skip
+        for case in (spread, single):
+            assert re.search(
+                r"\| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \|$", _row(section, store, case)
+            )
+        ratio = _row(section, store, f"{spread} / {single}")
+        assert re.search(
+            r"\|  \| [\d.]+x (within|\*\*OVER\*\*) \| [\d.]+x (within|\*\*OVER\*\*) \|$", ratio
+        )
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_fair_share_on_against_off_has_a_judged_row_per_producer(
+    report: str, topology: str
+) -> None:
+    section = _section(report, 13)
+    for mode in MODES:
+        row = _row(section, topology, mode)
+        assert re.search(r"\| [\d.]+ \| (within|\*\*OVER\*\*) \| [\d.]+ / [\d.]+ \|$", row), row
+
+
+def test_fair_share_commands_per_job_name_the_difference_per_producer(report: str) -> None:
+    section = _section(report, 14)
+    for mode in MODES:
+        assert re.search(r"\| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| .+ \| .+ \|$", _row(section, mode))

@@ -223,10 +223,14 @@ class Api:
     # WorkerService
 
     async def claim(
-        self, models: Sequence[str], *, wait: float = 0.0, max_jobs: int = 1
+        self, models: Sequence[str], *, wait: float = 0.0, max_jobs: int = 1, pool: str = ""
     ) -> list[worker_service_pb2.ClaimedJob]:
         request = worker_service_pb2.ClaimNextRequest(
-            worker_id=self.worker_id, models=models, wait=duration(wait), max_jobs=max_jobs
+            worker_id=self.worker_id,
+            models=models,
+            wait=duration(wait),
+            max_jobs=max_jobs,
+            pool=pool,
         )
         response: worker_service_pb2.ClaimNextResponse = await self.workers.ClaimNext(
             request, metadata=self.worker_metadata, timeout=wait + CALL_TIMEOUT

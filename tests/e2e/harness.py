@@ -35,6 +35,7 @@ __all__ = [
     "ServerProcess",
     "Token",
     "attach_server_logs",
+    "auth_entry",
     "command_line",
     "embedded_deployment",
     "health_status",
@@ -155,6 +156,12 @@ class Token:
     secret: str
     tenant: str
     role: str
+    #: The auth entry's placement and fair-share keys (DESIGN "Placement", "Fair
+    #: share"): a client's allowed pools and weight, a worker's pool; None leaves
+    #: the key out of the entry.
+    pools: tuple[str, ...] | None = None
+    weight: int | None = None
+    pool: str | None = None
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -169,21 +176,32 @@ class AuthFile:
     def client(self, tenant: str) -> Token:
         return next(t for t in self.tokens if t.role == "client" and t.tenant == tenant)
 
-    def worker(self) -> Token:
-        return next(t for t in self.tokens if t.role == "worker")
+    def worker(self, pool: str | None = None) -> Token:
+        """The first worker token, or the first whose entry names `pool`."""
+        return next(
+            t for t in self.tokens if t.role == "worker" and (pool is None or t.pool == pool)
+        )
+
+
+def auth_entry(token: Token) -> dict[str, object]:
+    """One entry of the auth file: the token's SHA-256 and whichever keys it sets."""
+    entry: dict[str, object] = {
+        "sha256": hashlib.sha256(token.secret.encode()).hexdigest(),
+        "tenant": token.tenant,
+        "role": token.role,
+    }
+    if token.pools is not None:
+        entry["pools"] = list(token.pools)
+    if token.weight is not None:
+        entry["weight"] = token.weight
+    if token.pool is not None:
+        entry["pool"] = token.pool
+    return entry
 
 
 def write_auth_file(path: Path, tokens: Sequence[Token]) -> AuthFile:
     """DESIGN's --auth-file: tokens stored only as SHA-256 hex."""
-    entries = [
-        {
-            "sha256": hashlib.sha256(t.secret.encode()).hexdigest(),
-            "tenant": t.tenant,
-            "role": t.role,
-        }
-        for t in tokens
-    ]
-    path.write_text(json.dumps({"tokens": entries}))
+    path.write_text(json.dumps({"tokens": [auth_entry(t) for t in tokens]}))
     return AuthFile(path, tokens)
 
 

@@ -93,6 +93,10 @@ class Final:
     parent_id: str = ""
     max_parallel: int = 0
     error_code: str = ""
+    #: The pool the job is bound to ("" = any pool), as the server answered.
+    pool: str = ""
+    #: A group child's place among its siblings.
+    child_index: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,11 @@ class Ledger:
     counters: dict[str, int] = field(default_factory=dict)
     #: The harness's own workers: every claim they were granted must reach them.
     workers: set[str] = field(default_factory=set)
+    #: Placement scenarios: worker id -> the pool its credential claims for. Every
+    #: claim in the audit trail must come from one of them.
+    worker_pools: dict[str, str] = field(default_factory=dict)
+    #: Placement scenarios: job id -> the pool the client's request should bind it to.
+    bindings: dict[str, str] = field(default_factory=dict)
 
     def known_jobs(self) -> set[str]:
         """Accepted jobs and the children of accepted groups."""
@@ -361,6 +370,60 @@ def check_claims_reach_their_worker(ledger: Ledger) -> list[str]:
     ]
 
 
+def claim_events(ledger: Ledger) -> list[Event]:
+    """The audit trail's claims: QUEUED -> PROCESSING of a job that is not a group's
+    parent (a parent starts with its first child, claimed by nobody)."""
+    parents = {f.job_id for f in ledger.finals.values() if f.kind == "group"}
+    return [
+        e
+        for e in ledger.events
+        if e.from_status == "queued" and e.to_status == "processing" and e.job_id not in parents
+    ]
+
+
+def _misplaced(job_id: str, worker_id: str, ledger: Ledger, what: str) -> str | None:
+    """Why `worker_id` may not have held `job_id`, or None when its pool may take it."""
+    if worker_id not in ledger.worker_pools:
+        return f"{job_id}: {what} {worker_id!r}, a worker of no known pool"
+    final = ledger.finals.get(job_id)
+    served = ledger.worker_pools[worker_id]
+    if final is not None and final.pool not in ("", served):
+        return f"{job_id}: bound to pool {final.pool!r}, {what} {worker_id} of pool {served!r}"
+    return None
+
+
+def check_placement(ledger: Ledger) -> list[str]:
+    """DESIGN's placement rule on every claim path: every claim the audit trail
+    records, and every attempt a handler ran, was a worker's whose pool is the
+    job's or who took an any-pool job; a claim by a worker the scenario does not
+    know the pool of is a violation too (the check could not vouch for it)."""
+    problems = [
+        _misplaced(e.job_id, e.worker_id, ledger, "claimed by") for e in claim_events(ledger)
+    ]
+    problems += [_misplaced(a.job_id, a.worker_id, ledger, "ran on") for a in ledger.attempts]
+    return [problem for problem in problems if problem is not None]
+
+
+def check_bindings(ledger: Ledger) -> list[str]:
+    """Every job the scenario knows the binding of is bound to that pool: a
+    restricted tenant's job naming none to its first pool, any other to the one
+    it named (or any pool)."""
+    problems = []
+    for job_id, expected in sorted(ledger.bindings.items()):
+        final = ledger.finals.get(job_id)
+        if final is not None and final.pool != expected:
+            problems.append(f"{job_id}: bound to pool {final.pool!r}, expected {expected!r}")
+    return problems
+
+
+def claims_per_pool(ledger: Ledger) -> dict[str, int]:
+    """Claims in the audit trail by the pool of the worker that made them."""
+    counts: dict[str, int] = defaultdict(int)
+    for event in claim_events(ledger):
+        counts[ledger.worker_pools.get(event.worker_id, "?")] += 1
+    return dict(sorted(counts.items()))
+
+
 CHECKS: tuple[Check, ...] = (
     check_one_terminal_state,
     check_no_phantom,
@@ -373,6 +436,8 @@ CHECKS: tuple[Check, ...] = (
 #: DESIGN's exactly-once rule, checked where a scenario targets it (lost replies):
 #: a Redis crash may still orphan a claim whose reply died with it.
 EXTRA_CHECKS: tuple[Check, ...] = (check_claims_reach_their_worker,)
+#: The placement scenario's oracle (tests/faults/test_placement.py).
+PLACEMENT_CHECKS: tuple[Check, ...] = (check_placement, check_bindings)
 
 
 def check_all(ledger: Ledger, skip: Iterable[Check] = (), extra: Iterable[Check] = ()) -> list[str]:

@@ -30,9 +30,9 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from store.keys import Keys
+from store.keys import Keys, partition_tags
 from tests.e2e.api import duration
-from tests.e2e.harness import Deployment, redis_deployment
+from tests.e2e.harness import AuthFile, Deployment, Token, redis_deployment
 from tests.faults import handlers
 from tests.faults.ledger import (
     DIED,
@@ -53,6 +53,9 @@ from tests.faults.ledger import (
 from tests.launcher import JobgateServer
 from tests.redis_server import RedisServer
 
+#: The pool a worker credential without `pool` serves, and every open-mode worker
+#: that names none (DESIGN "Placement").
+DEFAULT_POOL = "default"
 #: Short timings: a lease of one second, retries almost at once.
 FAULT_SETTINGS: Mapping[str, str] = {
     "lease-timeout": "1",
@@ -143,11 +146,16 @@ class Rig:
         gateways: int = 1,
         worker_servers: int = 1,
         redis_url: str | None = None,
+        auth: AuthFile | None = None,
     ) -> None:
         self.workdir = workdir
         self.redis = redis_server
         self.partition = f"f{uuid.uuid4().hex[:10]}"
         self.settings = dict(settings)
+        #: With an auth file, every call carries its tenant's or worker's token.
+        self.auth = auth
+        if auth is not None:
+            self.settings["auth-file"] = str(auth.path)
         self.deployment: Deployment = redis_deployment(
             workdir / "servers",
             redis_url or redis_server.url,
@@ -159,6 +167,8 @@ class Rig:
         self.model = f"m{uuid.uuid4().hex[:8]}"
         self.ledger_path = workdir / "ledger.jsonl"
         self.workers: list[WorkerProcess] = []
+        #: worker id -> the pool it claims for (the placement oracle's evidence).
+        self.worker_pools: dict[str, str] = {}
         self.stops: list[Stop] = []
         self.calls: list[Call] = []
         self.accepted: set[str] = set()
@@ -179,7 +189,16 @@ class Rig:
 
     # ------------------------------------------------------------------ workers
 
-    def start_worker(self, concurrency: int = 2, target: int | None = None) -> WorkerProcess:
+    def start_worker(
+        self,
+        concurrency: int = 2,
+        target: int | None = None,
+        *,
+        pool: str = "",
+        token: Token | None = None,
+    ) -> WorkerProcess:
+        """A daemon on the next worker-server (or `target`'s), with `--pool` when `pool`
+        is given and `token` as its credential; it claims for `pool`, else the token's."""
         targets = self.deployment.worker_targets
         chosen = targets[self._generation % len(targets)] if target is None else targets[target]
         self._generation += 1
@@ -191,12 +210,14 @@ class Rig:
             "--log-format", "json", "--grace-period", "5", "--claim-wait", "1",
             "--progress-interval", "0.2",
         ]  # fmt: skip
-        process = DaemonProcess(
-            worker_id,
-            argv,
-            self.workdir / f"{worker_id}.log",
-            env={handlers.LEDGER_ENV: str(self.ledger_path)},
-        )
+        env = {handlers.LEDGER_ENV: str(self.ledger_path)}
+        if pool:
+            argv += ["--pool", pool]
+        if token is not None:
+            env["JOBGATE_WORKER_TOKEN"] = token.secret
+        credential_pool = token.pool if token is not None and token.pool else DEFAULT_POOL
+        self.worker_pools[worker_id] = pool or credential_pool
+        process = DaemonProcess(worker_id, argv, self.workdir / f"{worker_id}.log", env=env)
         process.start()
         worker = WorkerProcess(worker_id, process)
         self.workers.append(worker)
@@ -231,6 +252,12 @@ class Rig:
 
     # ------------------------------------------------------------------ client
 
+    def metadata(self, tenant: str) -> tuple[tuple[str, str], ...]:
+        """How `tenant` calls: its token with an auth file, else the open-mode header."""
+        if self.auth is not None:
+            return self.auth.client(tenant).metadata
+        return (("x-jobgate-tenant", tenant),)
+
     def _record(
         self,
         method: str,
@@ -259,7 +286,7 @@ class Rig:
             start = time.time()
             try:
                 response: job_service_pb2.SubmitResponse = await stub.Submit(
-                    request, metadata=(("x-jobgate-tenant", tenant),), timeout=CALL_TIMEOUT
+                    request, metadata=self.metadata(tenant), timeout=CALL_TIMEOUT
                 )
             except grpc.aio.AioRpcError as error:
                 self._record("Submit", request.idempotency_key, start, error.code().name)
@@ -284,8 +311,11 @@ class Rig:
         key: str | None = None,
         first: int | None = None,
         model: str | None = None,
+        pool: str = "",
     ) -> str:
-        spec = job_pb2.JobSpec(model=model or self.model, payload=work, max_attempts=max_attempts)
+        spec = job_pb2.JobSpec(
+            model=model or self.model, payload=work, max_attempts=max_attempts, pool=pool
+        )
         if run_timeout:
             spec.run_timeout.CopyFrom(duration(run_timeout))
         request = job_service_pb2.SubmitRequest(
@@ -301,7 +331,7 @@ class Rig:
             try:
                 response: job_service_pb2.GetResponse = await stub.Get(
                     job_service_pb2.GetRequest(job_id=job_id),
-                    metadata=(("x-jobgate-tenant", tenant),),
+                    metadata=self.metadata(tenant),
                     timeout=CALL_TIMEOUT,
                 )
             except grpc.aio.AioRpcError as error:
@@ -399,7 +429,7 @@ class Rig:
         start = time.time()
         response: job_service_pb2.CancelResponse = await self.stubs[0].Cancel(
             job_service_pb2.CancelRequest(job_id=job_id),
-            metadata=(("x-jobgate-tenant", tenant),),
+            metadata=self.metadata(tenant),
             timeout=CALL_TIMEOUT,
         )
         self._record("Cancel", job_id, start, status=status_name(response.job.status))
@@ -413,13 +443,29 @@ class Rig:
     def redis_client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=10)
 
-    def read_events(self) -> list[Event]:
-        keys = Keys(self.partition)
+    @property
+    def partition_keys(self) -> list[Keys]:
+        """The keys of every partition of the deployment (--redis-partitions)."""
+        count = int(self.settings.get("redis-partitions", "1"))
+        return [Keys(tag) for tag in partition_tags(self.partition, count)]
+
+    def read_stream(self) -> list[tuple[tuple[int, int, int], dict[str, str]]]:
+        """Every partition's audit stream merged as the store merges them: by stream id
+        (the Redis clock's ms, then the sequence), the lower partition on a tie; each
+        entry's sort key (ms, sequence, partition) and fields."""
+        entries = []
         with self.redis_client() as client:
-            entries = client.xrange(keys.events, "-", "+")
+            for index, keys in enumerate(self.partition_keys):
+                for stream_id, raw in client.xrange(keys.events, "-", "+"):
+                    ms, _, seq = stream_id.decode().partition("-")
+                    fields = {k.decode(): v.decode() for k, v in raw.items()}
+                    entries.append(((int(ms), int(seq), index), fields))
+        entries.sort(key=lambda entry: entry[0])
+        return entries
+
+    def read_events(self) -> list[Event]:
         events = []
-        for _, raw in entries:
-            fields = {k.decode(): v.decode() for k, v in raw.items()}
+        for _, fields in self.read_stream():
             events.append(
                 Event(
                     job_id=fields["job_id"],
@@ -435,12 +481,14 @@ class Rig:
         return events
 
     def read_counters(self) -> dict[str, int]:
-        keys = Keys(self.partition)
+        """The admission counters, summed over the partitions."""
+        counters: dict[str, int] = {"*": 0}
         with self.redis_client() as client:
-            live = client.hgetall(keys.live)
-            total = client.get(keys.live_total)
-        counters = {k.decode(): int(v) for k, v in live.items()}
-        counters["*"] = int(total or 0)
+            for keys in self.partition_keys:
+                for tenant, count in client.hgetall(keys.live).items():
+                    name = tenant.decode()
+                    counters[name] = counters.get(name, 0) + int(count)
+                counters["*"] += int(client.get(keys.live_total) or 0)
         return counters
 
     def worker_calls(self, method: str) -> dict[str, float]:
@@ -482,6 +530,8 @@ class Rig:
                 parent_id=job.parent_id,
                 max_parallel=job.max_parallel,
                 error_code=job.error_code,
+                pool=job.pool,
+                child_index=job.child_index,
             )
             for job_id, job in snapshots.items()
             if job is not None
@@ -497,6 +547,7 @@ class Rig:
             counters=self.read_counters(),
             workers={w.worker_id for w in self.workers}
             | {a.worker_id for a in self.extra_attempts},
+            worker_pools=dict(self.worker_pools),
         )
 
     async def close(self) -> None:

@@ -16,12 +16,15 @@ from tests.faults.ledger import (
     check_admission_counters,
     check_all,
     check_attempts,
+    check_bindings,
     check_claims_reach_their_worker,
     check_group_parallelism,
     check_leases_exclusive,
     check_no_phantom,
     check_one_terminal_state,
+    check_placement,
     check_terminal_never_changes,
+    claims_per_pool,
     doubled,
     percentile,
     recovery_times,
@@ -280,3 +283,70 @@ def test_the_figures_table_has_one_row_per_scenario() -> None:
     assert table(document).splitlines()[-1] == (
         "| worker SIGKILL | 10 | 2 | 0 | 0 | 1.23 s | refused: 2 |"
     )
+
+
+def placed() -> Ledger:
+    """The clean ledger with job a bound to pool onprem, run by onprem workers."""
+    ledger = clean()
+    ledger.finals["a"] = dataclasses.replace(ledger.finals["a"], pool="onprem")
+    ledger.worker_pools = {"w1": "onprem", "w2": "onprem"}
+    ledger.bindings = {"a": "onprem"}
+    return ledger
+
+
+def test_a_ledger_whose_claims_kept_to_their_pools_passes_the_placement_checks() -> None:
+    assert check_placement(placed()) == []
+    assert check_bindings(placed()) == []
+
+
+def test_a_job_claimed_by_a_worker_of_another_pool_is_a_placement_violation() -> None:
+    ledger = placed()
+    ledger.worker_pools["w2"] = "cloud"
+    assert check_placement(ledger) == [
+        "a: bound to pool 'onprem', claimed by w2 of pool 'cloud'",
+        "a: bound to pool 'onprem', ran on w2 of pool 'cloud'",
+    ]
+
+
+def test_a_handler_run_of_another_pools_job_is_a_violation_without_a_claim_event() -> None:
+    ledger = placed()
+    ledger.attempts.append(Attempt("a", 3, "L3", "w3", start=5.0, end=5.5))
+    ledger.worker_pools["w3"] = "edge"
+    assert check_placement(ledger) == ["a: bound to pool 'onprem', ran on w3 of pool 'edge'"]
+
+
+def test_an_any_pool_job_may_be_claimed_by_a_worker_of_any_pool() -> None:
+    ledger = placed()
+    ledger.finals["a"] = dataclasses.replace(ledger.finals["a"], pool="")
+    ledger.worker_pools = {"w1": "edge", "w2": "cloud"}
+    assert check_placement(ledger) == []
+
+
+def test_a_claim_by_a_worker_of_no_known_pool_is_reported() -> None:
+    ledger = placed()
+    del ledger.worker_pools["w1"]
+    assert check_placement(ledger) == [
+        "a: claimed by 'w1', a worker of no known pool",
+        "a: ran on 'w1', a worker of no known pool",
+    ]
+
+
+def test_a_group_parent_starting_with_its_first_child_is_no_claim() -> None:
+    ledger = placed()
+    ledger.accepted.add("g")
+    ledger.finals["g"] = Final("g", "t", "completed", 0, 3, kind="group")
+    ledger.events += [Event("g", "", "queued"), Event("g", "queued", "processing")]
+    assert check_placement(ledger) == []
+    assert claims_per_pool(ledger) == {"onprem": 2}
+
+
+def test_a_job_bound_to_another_pool_than_its_request_asked_is_reported() -> None:
+    ledger = placed()
+    ledger.bindings["a"] = "edge"
+    assert check_bindings(ledger) == ["a: bound to pool 'onprem', expected 'edge'"]
+
+
+def test_claims_are_counted_by_the_claiming_workers_pool() -> None:
+    ledger = placed()
+    ledger.worker_pools["w2"] = "edge"
+    assert claims_per_pool(ledger) == {"edge": 1, "onprem": 1}

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis as SyncRedis
@@ -27,6 +28,7 @@ from redis.exceptions import ResponseError
 
 from store.errors import StoreError
 from store.model import (
+    ClaimedJob,
     GroupSpec,
     JobSpec,
     JobStatus,
@@ -482,6 +484,34 @@ async def test_a_script_still_asking_for_keys_after_the_last_round_fails_naming_
     monkeypatch.setattr(redis_partition, "DECLARE_ROUNDS", 1)  # a group's get needs 2
     with pytest.raises(StoreError, match=r"children\.lua"):
         await reader.list_children(TENANT, parent.id)
+
+
+@pytest.mark.redis
+async def test_a_claim_that_loses_its_heads_to_other_claimers_every_round_claims_nothing(
+    stores: tuple[RedisStore, RedisStore, RedisStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under contention (and under fair share, where a new job may queue ahead of
+    # the heads a round declared) every round can meet a head it did not declare.
+    # Losing every race is finding nothing: no error (it was INTERNAL), the jobs
+    # stay queued for the claimers that won them.
+    gateway, _, worker = stores
+    model = "m-raced"
+    for _ in range(200):
+        await gateway.submit(single(model))
+    worker.engine._hints._ready.clear()
+    part = worker.engine.owner
+    one_round = part._claim_round
+
+    async def raced(*args: Any, **kwargs: Any) -> tuple[list[ClaimedJob], list[str]]:
+        claimed, needed = await one_round(*args, **kwargs)
+        if needed:  # a rival takes every head this round asked to declare
+            await gateway.claim("rival", [model], max_jobs=len(needed))
+        return claimed, needed
+
+    monkeypatch.setattr(part, "_claim_round", raced)
+    assert await worker.claim("w1", [model], max_jobs=1) == []
+    monkeypatch.undo()
+    assert len(await worker.claim("w1", [model], max_jobs=1)) == 1
 
 
 # -- claim hints from notifications -----------------------------------------------
