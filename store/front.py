@@ -15,15 +15,18 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
-from store.errors import FailureHook, ignore_failure, reporting
+from store.errors import FailureHook, InvalidRequest, ignore_failure, reporting
 from store.model import (
     CancelResult,
     ClaimedJob,
     HeartbeatResult,
     Job,
     JobEvent,
+    JobFilter,
     JobKind,
+    JobPage,
     JobStatus,
+    ListCursor,
     Priority,
     ReportedAndClaimed,
     ResultRecorded,
@@ -57,10 +60,16 @@ class Engine(Protocol):
     async def ping(self) -> None: ...
     async def submit(self, request: SubmitRequest) -> SubmitResult: ...
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]: ...
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job: ...
-    async def read_for_watch(self, tenant: str, job_id: str) -> Job: ...
-    async def payload(self, tenant: str, job_id: str) -> bytes: ...
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]: ...
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job: ...
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job: ...
+    async def payload(self, tenant: str | None, job_id: str) -> bytes: ...
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]: ...
+
+    async def list_jobs(
+        self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int
+    ) -> JobPage: ...
+
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job: ...
 
     def listen(
         self, topics: Iterable[str], wake_one: bool = False
@@ -96,7 +105,9 @@ class Engine(Protocol):
         max_jobs: int,
     ) -> ReportedAndClaimed: ...
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult: ...
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult: ...
     async def recover(self) -> list[JobEvent]: ...
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool: ...
 
@@ -161,23 +172,41 @@ class StoreFront(Store):
         with self._reporting("submit_batch"):
             return await self.engine.submit_batch(requests)
 
-    async def get(self, tenant: str, job_id: str) -> Job:
+    async def get(self, tenant: str | None, job_id: str) -> Job:
         with self._reporting("get"):
             return await self.engine.get(tenant, job_id)
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         with self._reporting("payload"):
             return await self.engine.payload(tenant, job_id)
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         with self._reporting("list_children"):
             return await self.engine.list_children(tenant, job_id)
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        with self._reporting("cancel"):
-            return await self.engine.cancel(tenant, job_id, reason)
+    async def list_jobs(
+        self,
+        tenant: str | None,
+        query: JobFilter,
+        after: ListCursor | None,
+        page_size: int,
+    ) -> JobPage:
+        if page_size < 1:
+            raise InvalidRequest("page_size", "must be at least 1")
+        with self._reporting("list_jobs"):
+            return await self.engine.list_jobs(tenant, query, after, page_size)
 
-    async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+        with self._reporting("retry_job"):
+            return await self.engine.retry_job(tenant, job_id, actor)
+
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
+        with self._reporting("cancel"):
+            return await self.engine.cancel(tenant, job_id, reason, actor)
+
+    async def watch(self, tenant: str | None, job_id: str) -> AsyncIterator[Job]:
         engine = self.engine
         with self._reporting("watch"), engine.listen([f"j {job_id}"]) as listener:
             job = await engine.read_for_watch(tenant, job_id)

@@ -45,9 +45,13 @@ from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
     CancelResult,
     ClaimedJob,
+    GroupSpec,
     HeartbeatResult,
     Job,
     JobEvent,
+    JobFilter,
+    JobPage,
+    ListCursor,
     Priority,
     ReportAnswer,
     ReportedAndClaimed,
@@ -61,6 +65,7 @@ from store.policy import position_settle
 from store.redis.connection import Connection
 from store.redis.hints import Hints
 from store.redis.ids import PartitionIds, new_ulid, partition_of
+from store.redis.listing import list_pages
 from store.redis.notify import ANY_MESSAGE, Listener
 from store.redis.others import OtherPartitions, View, up_to
 from store.redis.partition import Partition
@@ -277,7 +282,7 @@ class RedisEngine:
         return SubmitResult(job, result.reused)
 
     # Reads ---------------------------------------------------------------------
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
         index = partition_of(job_id, len(self.parts))
         job, score = await self.parts[index].get(tenant, job_id, operation)
         if len(self.parts) == 1 or job.queue_position is None:
@@ -285,16 +290,24 @@ class RedisEngine:
         ahead = await self._position_elsewhere(index, job, score)
         return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
-    async def read_for_watch(self, tenant: str, job_id: str) -> Job:
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job:
         """A waiter's read: queued behind other waiters, never failing for want of a connection."""
         async with self.waiter_reads:
             return await self.get(tenant, job_id, "watch")
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         return await self.part_of(job_id).payload(tenant, job_id)
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         return await self.part_of(job_id).list_children(tenant, job_id)
+
+    async def list_jobs(
+        self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int
+    ) -> JobPage:
+        parent = next((t.value for t in query.terms if t.field == "parent_id"), None)
+        part = None if parent is None else partition_of(str(parent), len(self.parts))
+        listers = [p.lister for p in self.parts]
+        return await list_pages(listers, tenant, query, after, page_size, part)
 
     async def _position_elsewhere(self, index: int, job: Job, score: str) -> int:
         """Jobs the other partitions queue ahead of `job` (its partition counted it already).
@@ -468,8 +481,25 @@ class RedisEngine:
             [answers[i] for i in range(len(results))], chosen.sort(claimed, len(self.parts))
         )
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        return await self.part_of(job_id).cancel(tenant, job_id, reason)
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
+        return await self.part_of(job_id).cancel(tenant, job_id, reason, actor)
+
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+        """retry_job.lua in the job's partition; on several, the caps count the
+        others' live jobs from the cached view Submit uses (at most a second old)."""
+        index = partition_of(job_id, len(self.parts))
+        if len(self.parts) == 1:
+            return await self.owner.retry_job(tenant, job_id, actor)
+        owner = (await self.parts[index].get(tenant, job_id, "retry_job"))[0].tenant
+        view = await self._others.view(index, [SubmitRequest(owner, GroupSpec(()))])
+        s = self.settings
+        caps = (
+            max(s.max_live_per_tenant - view.tenants[owner], 0),
+            max(s.max_live_total - view.total, 0),
+        )
+        return await self.parts[index].retry_job(tenant, job_id, actor, caps)
 
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:

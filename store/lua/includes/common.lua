@@ -77,6 +77,13 @@ local function next_seq()
 end
 
 
+--- @include "index"
+
+-- Who makes this script's transitions when it is not the job's own tenant
+-- (an admin's Cancel or RetryJob: "admin:ops"); set by the script, written
+-- into each event it emits as "actor" (absent when empty).
+local ACTOR = ''
+
 local function oom_guard(key)
   redis.call('HDEL', key, 'oom-guard')
 end
@@ -95,12 +102,17 @@ end
 local EMITTED = {}
 local function emit(id, from, to)
   local f = redis.call('HMGET', jk(id), 'parent_id', 'tenant', 'model', 'priority',
-    'attempts', 'worker_id', 'error_code')
+    'attempts', 'worker_id', 'error_code', 'kind', 'create_time')
   local fields = {
     'job_id', id, 'parent_job_id', f[1] or '', 'tenant', f[2] or '', 'model', f[3] or '',
     'priority', f[4] or '', 'from', from or '', 'to', to, 'attempts', f[5] or '0',
     'worker_id', f[6] or '', 'error_code', f[7] or '', 'time', tostring(NOW)}
+  if ACTOR ~= '' then
+    fields[#fields + 1] = 'actor'
+    fields[#fields + 1] = ACTOR
+  end
   local sid = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(fields))
+  index_moved(id, from, to, f[2], f[8], f[9])
   local entry = {sid}
   for i = 1, #fields do
     entry[#entry + 1] = fields[i]
@@ -176,6 +188,7 @@ end
 
 local function expire_job(id, ttl_ms)
   local key = jk(id)
+  index_expiring(id, ttl_ms)
   redis.call('PEXPIRE', key, ttl_ms)
   redis.call('PEXPIRE', payload_key(id), ttl_ms)
   redis.call('PEXPIRE', result_key(id), ttl_ms)
