@@ -223,7 +223,7 @@ def examine_limit(walk: Walk, page_size: int, partitions: int) -> int:
     """
     if not walk.residual:
         return page_size + 1
-    return max(page_size + 1, -(-EXAMINE_FACTOR * page_size // partitions))
+    return max(page_size + 1, EXAMINE_FACTOR * page_size // partitions)
 
 
 @dataclass(frozen=True)

@@ -499,7 +499,10 @@ class RedisEngine:
             max(s.max_live_per_tenant - view.tenants[owner], 0),
             max(s.max_live_total - view.total, 0),
         )
-        return await self.parts[index].retry_job(tenant, job_id, actor, caps)
+        job = await self.parts[index].retry_job(tenant, job_id, actor, caps)
+        if job.queue_position is None:
+            return job
+        return await self.get(tenant, job_id, "retry_job")  # its position over every partition
 
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:
