@@ -172,6 +172,9 @@ class AuthFile:
     def worker(self) -> Token:
         return next(t for t in self.tokens if t.role == "worker")
 
+    def admin(self) -> Token:
+        return next(t for t in self.tokens if t.role == "admin")
+
 
 def write_auth_file(path: Path, tokens: Sequence[Token]) -> AuthFile:
     """DESIGN's --auth-file: tokens stored only as SHA-256 hex."""
