@@ -9,7 +9,9 @@ bench.depth (cost against queue depth, memory per job), bench.under_load
 (streams and long-polls, on serve and on Redis), bench.roundtrips (MONITOR
 round trips per RPC, the batched ones per job too),
 bench.cluster (Redis Cluster: 1 or 3 masters x 1 or 12 partitions),
-bench.floors (a bare gRPC echo and bare redis-py calls: the floors).
+bench.floors (a bare gRPC echo and bare redis-py calls: the floors),
+bench.listing (ListJobs against the jobs held, its indexes' memory, the
+commands each transition gained; `--only list`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
 from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.floors import Floors
 from bench.floors import measure as measure_floors
+from bench.listing import MIX, ListRow, list_rows, transition_commands
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import REPORT_BATCH, Trips, round_trips
 from bench.sink import Sink, sink
@@ -54,6 +57,9 @@ class Plan:
     trips_calls: int
     cluster_jobs: int  # per Redis Cluster row
     floor_calls: int  # per floor measurement
+    list_depths: list[int]  # jobs held when ListJobs is probed
+    list_calls: int  # timed ListJobs calls per filter and page
+    transition_calls: int  # calls of each transition for its commands
 
 
 FULL = Plan(
@@ -62,6 +68,7 @@ FULL = Plan(
     depths=[1_000, 100_000, 1_000_000], depth_calls=200, fill_budget=900,
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
     cluster_jobs=2000, floor_calls=5000,
+    list_depths=[1_000, 100_000, 1_000_000], list_calls=200, transition_calls=500,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
@@ -69,6 +76,7 @@ QUICK = Plan(
     depths=[1_000, 5_000], depth_calls=20, fill_budget=60,
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
     cluster_jobs=200, floor_calls=300,
+    list_depths=[1_000, 5_000], list_calls=20, transition_calls=50,
 )  # fmt: skip
 
 
@@ -236,6 +244,53 @@ def _floors_section(plan: Plan, _: Sink) -> list[str]:
     return _floor_lines(measure_floors(plan.floor_calls))
 
 
+def _list_lines(rows: list[ListRow], calls: int) -> list[str]:
+    base = rows[0] if rows else None
+    cells = []
+    for row in rows:
+        for label, (first, deep) in row.samples.items():
+            assert base is not None
+            ratio = percentile(first, 0.5) / percentile(base.samples[label][0], 0.5)
+            cells.append([f"{row.jobs:,}", label, _p50_p99(first), _p50_p99(deep),
+                          f"{ratio:.2f}x"])  # fmt: skip
+    header = ["jobs held", "filter", "first page p50 / p99 ms", "mid-walk page p50 / p99 ms",
+              "first page p50 vs the smallest"]  # fmt: skip
+    memory = [[f"{row.jobs:,}", *(f"{value:.0f}" for value in row.memory.values())]
+              for row in rows]  # fmt: skip
+    kinds = list(rows[0].memory) if rows else []
+    return [f"## 11. ListJobs against the jobs held (Redis, no persistence, one tenant, "
+            f"page_size 50, {calls} calls each)", "", *table(header, cells), "",
+            f"Mix: {MIX}; filled through the store's scripts (bench/listing.py). "
+            "A mid-walk page starts from a cursor half-way down the jobs.", "",
+            "### Redis memory of the indexes, bytes per job held (MEMORY USAGE, every element)",
+            "", *table(["jobs held", *kinds], memory), "",
+            "index:expiring holds the terminal jobs only (90 % here).", ""]  # fmt: skip
+
+
+def _commands_delta_lines(
+    commit: str, before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> list[str]:
+    rows = []
+    for name, now in after.items():
+        was = before.get(name, {})
+        gained = {cmd: value - was.get(cmd, 0.0) for cmd, value in now.items() if cmd != "total"}
+        shown = ", ".join(f"{cmd} {value:+.2f}" for cmd, value in sorted(gained.items())
+                          if abs(value) >= 0.005)  # fmt: skip
+        rows.append([name, f"{was.get('total', 0):.2f}", f"{now['total']:.2f}", shown])
+    return ["### Redis commands per transition, before the indexes and now (one sitting)", "",
+            *table(["transition", f"before ({commit})", "now", "gained, by command"], rows),
+            "", "INFO commandstats over each transition's calls alone (bench/"
+            "transition_commands.py), the commands its script ran.", ""]  # fmt: skip
+
+
+def _list_section(plan: Plan, _: Sink) -> list[str]:
+    with servers.on_redis(None) as topology:
+        rows = asyncio.run(list_rows(topology, plan.list_depths, plan.list_calls))
+        assert topology.redis is not None
+        commit, before, after = transition_commands(topology.redis.url, plan.transition_calls)
+    return [*_list_lines(rows, plan.list_calls), *_commands_delta_lines(commit, before, after)]
+
+
 def _header(plan_name: str, label: str) -> list[str]:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M} ({plan_name})", "",
@@ -295,6 +350,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "load": _load_section,
     "cluster": _cluster_section,
     "floors": _floors_section,
+    "list": _list_section,
 }
 
 
