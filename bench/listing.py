@@ -22,6 +22,7 @@ sitting.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -39,6 +40,7 @@ from bench.servers import Topology
 from gateway_server.list_filter import parse_filter
 from gateway_server.page_token import encode_page_token
 from jobgate.v1 import job_service_pb2, job_service_pb2_grpc
+from store.errors import StoreUnavailable
 from store.model import (
     JobSpec,
     JobStatus,
@@ -113,7 +115,11 @@ class Filler:
         held: list[tuple[str, str, ResultReport]] = []
         while done < count or held:
             want = min(64, count - done)
-            step = await self.store.report_and_claim("bench", MODELS, held, want)
+            try:
+                step = await self.store.report_and_claim("bench", MODELS, held, want)
+            except StoreUnavailable:  # a slow reply on a loaded machine: send the results again
+                await asyncio.sleep(0.5)  # (a repeat is answered as the first; leases expire)
+                continue
             held = []
             for claimed in step.claimed:
                 done += 1

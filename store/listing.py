@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from store.model import (
@@ -108,7 +108,6 @@ class Walk:
     #: Terms the driving runs and bounds do not settle: checked job by job,
     #: so a call examines up to EXAMINE_FACTOR x page_size of them.
     residual: bool = False
-    scope: str | None = field(default=None, repr=False)
 
     def status_runs(self) -> list[tuple[JobStatus, JobKind]]:
         return [(s, k) for s, k in STATUS_RUNS if s in self.statuses and k in self.kinds]
@@ -144,7 +143,6 @@ def plan(scope: str | None, job_filter: JobFilter) -> Walk | None:
         kinds=tuple(JobKind),
         lowest=lowest,
         highest=highest,
-        scope=scope,
     )
     driver = next((t for t in terms if t.field in _INDEXED), None)
     if driver is None:
