@@ -35,6 +35,8 @@ pytestmark = [pytest.mark.redis, pytest.mark.scenario]
 
 TENANT = "acme"
 TEAMS = ("ads", "search", "ranking")
+#: Longer than a lease's expiry takes to be recovered (lease 1 s, recovery each second).
+RECOVERY_ROUND = 3.0
 STATUSES = ("QUEUED", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED", "HELD", "PARTIAL")
 KINDS = ("SINGLE", "GROUP", "CHILD")
 #: The fields a job never changes: a listed job's must equal Get's.
@@ -114,9 +116,16 @@ async def churn(api: Api, models: list[str], touches: Touches, stop: asyncio.Eve
                 done = chooser.random() < 0.5
                 call = (api.complete(claimed.job.id, claimed.lease_id) if done
                         else api.fail(claimed.job.id, claimed.lease_id, code="BOOM"))  # fmt: skip
-                await call
-                touches.add(claimed.job.id, start, time.time())
-                touches.add(claimed.job.parent_id, start, time.time())
+                settled = 0.0
+                try:
+                    await call
+                except grpc.aio.AioRpcError as error:
+                    # a loaded machine let the 1 s lease expire: recovery requeues it
+                    # (up to a recovery round later), which the walk may see
+                    assert parse_failure(error).reason == "LEASE_LOST", error
+                    settled = RECOVERY_ROUND
+                for job_id in (claimed.job.id, claimed.job.parent_id):
+                    touches.add(job_id, start, time.time() + settled)
             continue
         if known:
             job_id = chooser.choice(known)
