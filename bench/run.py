@@ -13,7 +13,10 @@ bench.floors (a bare gRPC echo and bare redis-py calls: the floors),
 bench.spread (many tenants against one, ten pools against one), bench.fairness
 (fair share on against off: end to end and Redis commands per job),
 bench.timing (the durations the tests measure, against the bounds no test
-asserts).
+asserts),
+bench.listing (ListJobs against the jobs held, its indexes' memory, the
+commands each transition gained; `--only list`), bench.redis_work (Redis
+commands and CPU per job, 1 partition against 12; `--only redis-work`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.fairness import command_lines, fair_share_sittings, throughput_lines
 from bench.floors import Floors
 from bench.floors import measure as measure_floors
+from bench.listing import MIX, ListRow, list_rows, transition_commands
 from bench.redis_work import redis_work, redis_work_lines
 from bench.report import latency_cells, ms, percentile, table
 from bench.roundtrips import REPORT_BATCH, Trips, round_trips
@@ -71,6 +75,9 @@ class Plan:
     spread_tenants: int  # the many tenants of section 12
     spread_calls: int  # timed calls of each kind per deployment
     fair_repeats: int  # runs of each fair-share mode in section 13
+    list_depths: list[int]  # jobs held when ListJobs is probed
+    list_calls: int  # timed ListJobs calls per filter and page
+    transition_calls: int  # calls of each transition for its commands
 
 
 FULL = Plan(
@@ -80,6 +87,7 @@ FULL = Plan(
     streams=2000, pollers=200, probe_rate=20, probe_seconds=10, trips_calls=200,
     cluster_jobs=2000, floor_calls=5000, timing_tests=("tests",), work_jobs=2000, work_repeats=3,
     spread_jobs=100_000, spread_tenants=1000, spread_calls=200, fair_repeats=3,
+    list_depths=[1_000, 100_000, 1_000_000], list_calls=200, transition_calls=500,
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
@@ -88,6 +96,7 @@ QUICK = Plan(
     streams=100, pollers=20, probe_rate=20, probe_seconds=1, trips_calls=20,
     cluster_jobs=200, floor_calls=300, timing_tests=QUICK_TESTS, work_jobs=60, work_repeats=1,
     spread_jobs=1000, spread_tenants=10, spread_calls=20, fair_repeats=1,
+    list_depths=[1_000, 5_000], list_calls=20, transition_calls=50,
 )  # fmt: skip
 
 
@@ -271,6 +280,53 @@ def _timing_section(plan: Plan, _: Sink) -> list[str]:
     return timing_lines(verdicts(recorded), pytest_line, command)
 
 
+def _list_lines(rows: list[ListRow], calls: int) -> list[str]:
+    base = rows[0] if rows else None
+    cells = []
+    for row in rows:
+        for label, (first, deep) in row.samples.items():
+            assert base is not None
+            ratio = percentile(first, 0.5) / percentile(base.samples[label][0], 0.5)
+            cells.append([f"{row.jobs:,}", label, _p50_p99(first), _p50_p99(deep),
+                          f"{ratio:.2f}x"])  # fmt: skip
+    header = ["jobs held", "filter", "first page p50 / p99 ms", "mid-walk page p50 / p99 ms",
+              "first page p50 vs the smallest"]  # fmt: skip
+    memory = [[f"{row.jobs:,}", *(f"{value:.0f}" for value in row.memory.values())]
+              for row in rows]  # fmt: skip
+    kinds = list(rows[0].memory) if rows else []
+    return [f"## 16. ListJobs against the jobs held (Redis, no persistence, one tenant, "
+            f"page_size 50, {calls} calls each)", "", *table(header, cells), "",
+            f"Mix: {MIX}; filled through the store's scripts (bench/listing.py). "
+            "A mid-walk page starts from a cursor half-way down the jobs.", "",
+            "### Redis memory of the indexes, bytes per job held (MEMORY USAGE, every element)",
+            "", *table(["jobs held", *kinds], memory), "",
+            "index:expiring holds the terminal jobs only (90 % here).", ""]  # fmt: skip
+
+
+def _commands_delta_lines(
+    commit: str, before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> list[str]:
+    rows = []
+    for name, now in after.items():
+        was = before.get(name, {})
+        gained = {cmd: value - was.get(cmd, 0.0) for cmd, value in now.items() if cmd != "total"}
+        shown = ", ".join(f"{cmd} {value:+.2f}" for cmd, value in sorted(gained.items())
+                          if abs(value) >= 0.005)  # fmt: skip
+        rows.append([name, f"{was.get('total', 0):.2f}", f"{now['total']:.2f}", shown])
+    return ["### Redis commands per transition, before the indexes and now (one sitting)", "",
+            *table(["transition", f"before ({commit})", "now", "gained, by command"], rows),
+            "", "INFO commandstats over each transition's calls alone (bench/"
+            "transition_commands.py), the commands its script ran.", ""]  # fmt: skip
+
+
+def _list_section(plan: Plan, _: Sink) -> list[str]:
+    with servers.on_redis(None) as topology:
+        rows = asyncio.run(list_rows(topology, plan.list_depths, plan.list_calls))
+        assert topology.redis is not None
+        commit, before, after = transition_commands(topology.redis.url, plan.transition_calls)
+    return [*_list_lines(rows, plan.list_calls), *_commands_delta_lines(commit, before, after)]
+
+
 def _header(plan_name: str, label: str) -> list[str]:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M} ({plan_name})", "",
@@ -347,6 +403,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "spread": _spread_section,
     "fair": _fair_section,
     "timing": _timing_section,
+    "list": _list_section,
 }
 
 

@@ -79,7 +79,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.GetResponse:
         caller = self._caller(context)
         validate.job_id(request.job_id)
-        job = await self._store.get(caller.tenant, request.job_id)
+        job = await self._store.get(caller.tenant_scope, request.job_id)
         return pb.GetResponse(job=job_to_proto(job))
 
     async def StreamStatus(
@@ -88,7 +88,7 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
         caller = self._caller(context)
         validate.job_id(request.job_id)
         lifecycle = self._serving.lifecycle
-        snapshots = self._store.watch(caller.tenant, request.job_id)
+        snapshots = self._store.watch(caller.tenant_scope, request.job_id)
         # aclosing: the store's watcher is released however the stream ends
         # (terminal snapshot, client gone, drain).
         async with contextlib.aclosing(snapshots):  # type: ignore[type-var]
@@ -101,13 +101,14 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
     async def Cancel(self, request: pb.CancelRequest, context: Context) -> pb.CancelResponse:
         caller = self._caller(context)
         validate.cancel(request)
-        result = await self._store.cancel(caller.tenant, request.job_id, request.reason)
+        scope = caller.tenant_scope
+        result = await self._store.cancel(scope, request.job_id, request.reason, caller.actor)
         if result.cancelled:
-            log.info("job cancelled", extra=job_fields(result.job))
-            await self._count_cancelled(caller.tenant, result.job)
+            log.info("job cancelled", extra=job_fields(result.job, actor=caller.actor))
+            await self._count_cancelled(scope, result.job)
         return pb.CancelResponse(job=job_to_proto(result.job), cancelled=result.cancelled)
 
-    async def _count_cancelled(self, tenant: str, job: Job) -> None:
+    async def _count_cancelled(self, tenant: str | None, job: Job) -> None:
         metrics = self._serving.metrics
         if job.kind is not JobKind.GROUP:
             metrics.finished(job)
@@ -124,16 +125,33 @@ class JobService(job_service_pb2_grpc.JobServiceServicer):
             if child.status is JobStatus.CANCELLED and child.end_time == job.end_time:
                 metrics.finished(child)
 
-    # Not built yet: these check the caller and the request, then answer
-    # UNIMPLEMENTED until the store has them.
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
-        listing.list_query(self._caller(context), request)  # TODO(list): store read, list_response
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobs is not available yet")
+        query = listing.list_query(self._caller(context), request)
+        page = await self._store.list_jobs(query.tenant, query.filter, query.after, query.page_size)
+        return listing.list_response(query, page)
 
     async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:
-        self._caller(context)
+        caller = self._caller(context)
         validate.retry_job(request)
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "RetryJob is not available yet")
+        scope = caller.tenant_scope
+        job = await self._store.get(scope, request.job_id)
+        redo = await self._to_redo(scope, job)
+        # the job's tenant's pools now, which may be narrower than at submit
+        pools = self._serving.auth.policy(job.tenant).pools
+        for unit in redo:
+            placement.check_retry(pools, unit.id, unit.pool)
+        retried = await self._store.retry_job(scope, job.id, caller.actor)
+        self._serving.metrics.retried(redo)
+        log.info("job retried", extra=job_fields(retried, actor=caller.actor))
+        return pb.RetryJobResponse(job=job_to_proto(retried))
+
+    async def _to_redo(self, scope: str | None, job: Job) -> list[Job]:
+        """The units of work a retry of `job` puts back: itself, or a group's
+        children that ended without completing (the store refuses the rest)."""
+        if job.kind is not JobKind.GROUP:
+            return [job]
+        children = await self._store.list_children(scope, job.id)
+        return [c for c in children if c.status in (JobStatus.FAILED, JobStatus.CANCELLED)]
 
     async def ListWorkers(
         self, request: pb.ListWorkersRequest, context: Context

@@ -93,6 +93,13 @@ class Caller:
         return None if self.sees_all_tenants else self.tenant
 
     @property
+    def actor(self) -> str:
+        """Who acts, as the audit trail names an admin's Cancel and RetryJob:
+        "<role>:<tenant>" ("admin:ops"); empty for the other callers, who act
+        on their own tenant's jobs only."""
+        return f"{self.role}:{self.tenant}" if self.is_admin else ""
+
+    @property
     def may_operate(self) -> bool:
         """ListWorkers and ListQueues: admins, and anyone in open mode."""
         return self.role is None or self.is_admin

@@ -33,4 +33,5 @@ def event_fields(event: JobEvent) -> dict[str, object]:
         "attempts": event.attempts,
         "worker_id": event.worker_id,
         "error_code": event.error_code,
+        "actor": event.actor,
     }

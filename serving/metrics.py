@@ -95,6 +95,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.jobs_retried = Counter(
+            "jobgate_jobs_retried_total",
+            "Jobs RetryJob put back to work (single jobs and group children).",
+            ["model"],
+            registry=r,
+        )
         self.store_up = Gauge(
             "jobgate_store_up", "1 while the store answers its health probe.", registry=r
         )
@@ -145,6 +151,11 @@ class Metrics:
                 self.queue_wait.labels(job.model, priority_label(job.priority)).observe(
                     max(wait, 0.0)
                 )
+
+    def retried(self, jobs: Iterable[Job]) -> None:
+        """Count the units of work (single jobs, group children) a RetryJob redid."""
+        for job in jobs:
+            self.jobs_retried.labels(job.model).inc()
 
     def finished(self, job: Job) -> None:
         """Count `job`, which this process's call just made terminal."""

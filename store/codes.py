@@ -9,11 +9,13 @@ from store.errors import (
     InvalidRequest,
     JobCancelled,
     JobNotFound,
+    JobNotRetryable,
     LeaseLost,
     QueueFull,
     QuotaExceeded,
     StoreError,
 )
+from store.redrive import WHY
 
 
 class LuaCode(IntEnum):
@@ -30,9 +32,14 @@ class LuaCode(IntEnum):
     # KEYS and changed nothing; the caller declares them and calls again
     # (store/lua/includes/declared.lua).
     KEYS_NEEDED = -8
+    # RetryJob: the job's status or kind may not be retried (the reply's
+    # second item says why).
+    JOB_NOT_RETRYABLE = -9
 
 
-def error_for(code: int, job_id: str = "", max_group_children: int = 0) -> StoreError:
+def error_for(
+    code: int, job_id: str = "", max_group_children: int = 0, why: str = ""
+) -> StoreError:
     """The store exception for a script's negative code (ValueError for an
     unknown code, and for KEYS_NEEDED, which asks the caller for keys)."""
     lua_code = LuaCode(code)
@@ -51,6 +58,8 @@ def error_for(code: int, job_id: str = "", max_group_children: int = 0) -> Store
         return QuotaExceeded("too many live jobs for this tenant")
     if lua_code is LuaCode.QUEUE_FULL:
         return QueueFull("too many live jobs")
+    if lua_code is LuaCode.JOB_NOT_RETRYABLE:
+        return JobNotRetryable(f"job {job_id!r} cannot be retried: {WHY.get(why, why)}", **ids)
     return InvalidRequest(
         "group.children", f"a group needs between 1 and {max_group_children} children"
     )

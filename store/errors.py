@@ -93,6 +93,14 @@ class JobCancelled(StoreError):
     reason = Reason.JOB_CANCELLED
 
 
+class JobNotRetryable(StoreError):
+    """RetryJob on a job that cannot go back to work: not FAILED, CANCELLED or
+    (a group) PARTIAL, a group child on its own, or a group with nothing to redo."""
+
+    code = code_pb2.FAILED_PRECONDITION
+    reason = "JOB_NOT_RETRYABLE"
+
+
 class QuotaExceeded(StoreError):
     """The tenant has too many live jobs."""
 

@@ -21,15 +21,18 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
-from store.errors import FailureHook, ignore_failure, reporting
+from store.errors import FailureHook, InvalidRequest, ignore_failure, reporting
 from store.model import (
     CancelResult,
     ClaimedJob,
     HeartbeatResult,
     Job,
     JobEvent,
+    JobFilter,
     JobKind,
+    JobPage,
     JobStatus,
+    ListCursor,
     Priority,
     QueueStats,
     ReportedAndClaimed,
@@ -41,7 +44,7 @@ from store.model import (
     WorkerInfo,
     WorkerSighting,
 )
-from store.policy import claim_classes, claim_limit, claim_models, watch_view
+from store.policy import claim_classes, claim_limit, claim_models, queue_class, watch_view
 from store.poll import EVERY_CHANGE, Listener, long_poll
 from store.protocol import Store
 
@@ -71,10 +74,16 @@ class Engine(Protocol):
 
     async def submit(self, request: SubmitRequest) -> SubmitResult: ...
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]: ...
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job: ...
-    async def read_for_watch(self, tenant: str, job_id: str) -> Job: ...
-    async def payload(self, tenant: str, job_id: str) -> bytes: ...
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]: ...
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job: ...
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job: ...
+    async def payload(self, tenant: str | None, job_id: str) -> bytes: ...
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]: ...
+
+    async def list_jobs(
+        self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int
+    ) -> JobPage: ...
+
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job: ...
 
     def listen(
         self, topics: Iterable[str], wake_one: bool = False
@@ -112,7 +121,9 @@ class Engine(Protocol):
         max_jobs: int,
     ) -> ReportedAndClaimed: ...
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult: ...
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult: ...
     async def recover(self) -> list[JobEvent]: ...
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool: ...
 
@@ -207,23 +218,41 @@ class StoreFront(Store):
         async with self._answering("submit_batch"):
             return await self.engine.submit_batch(requests)
 
-    async def get(self, tenant: str, job_id: str) -> Job:
+    async def get(self, tenant: str | None, job_id: str) -> Job:
         async with self._answering("get"):
             return await self.engine.get(tenant, job_id)
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         async with self._answering("payload"):
             return await self.engine.payload(tenant, job_id)
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         async with self._answering("list_children"):
             return await self.engine.list_children(tenant, job_id)
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
-        async with self._answering("cancel"):
-            return await self.engine.cancel(tenant, job_id, reason)
+    async def list_jobs(
+        self,
+        tenant: str | None,
+        query: JobFilter,
+        after: ListCursor | None,
+        page_size: int,
+    ) -> JobPage:
+        if page_size < 1:
+            raise InvalidRequest("page_size", "must be at least 1")
+        async with self._answering("list_jobs"):
+            return await self.engine.list_jobs(tenant, query, after, page_size)
 
-    async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+        async with self._answering("retry_job"):
+            return await self.engine.retry_job(tenant, job_id, actor)
+
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
+        async with self._answering("cancel"):
+            return await self.engine.cancel(tenant, job_id, reason, actor)
+
+    async def watch(self, tenant: str | None, job_id: str) -> AsyncIterator[Job]:
         engine = self.engine
         with self._reporting("watch"), engine.listen([f"j {job_id}"]) as listener:
             job = await self._read_settled(tenant, job_id)
@@ -233,9 +262,12 @@ class StoreFront(Store):
                     # positions move when the queue shrinks or a job is queued
                     # ahead; a move published between our read and now was
                     # not heard, so read again once the topics are new
+                    # (a pool's job is also behind the any-pool queue's: its
+                    # class's "r" and the model's)
                     new_q = listener.add(f"q {job.model}")
                     new_r = listener.add(f"r {job.model}")
-                    if new_q or new_r:
+                    new_class = listener.add(f"r {queue_class(job.model, job.pool)}")
+                    if new_q or new_r or new_class:
                         listener.clear()
                         job = await self._read_settled(tenant, job_id)
                 if watch_view(job) != seen:
@@ -250,7 +282,7 @@ class StoreFront(Store):
                 listener.clear()  # before the read: a change after it is kept
                 job = await self._read_settled(tenant, job_id)
 
-    async def _read_settled(self, tenant: str, job_id: str) -> Job:
+    async def _read_settled(self, tenant: str | None, job_id: str) -> Job:
         job = await self.engine.read_for_watch(tenant, job_id)
         await self.engine.settled()
         return job

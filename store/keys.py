@@ -191,6 +191,28 @@ class Keys:
         tag, so SPUBLISH on Cluster stays in the script's slot."""
         return self.prefix + "changes"
 
+    # ListJobs' indexes (store/lua/includes/index.lua, docs/list-jobs.md) ------
+    @property
+    def index_status(self) -> str:
+        """Sorted set, every score 0: "<tenant>|<status><kind><create ms><id>", one
+        member per job; a (tenant, status, kind) run is one member prefix."""
+        return self.prefix + "index:status"
+
+    @property
+    def index_expiring(self) -> str:
+        """List: "<due ms> <index_status member> <model>" per job given a TTL, in order."""
+        return self.prefix + "index:expiring"
+
+    def index_model(self, tenant: str, model: str) -> str:
+        """Sorted set, every score 0: "<create ms><id>" of the tenant's jobs of the model.
+        Neither a tenant nor a model name holds ':', so the pair is unambiguous."""
+        return f"{self.prefix}index:model:{tenant}:{model}"
+
+    def index_keys(self) -> list[str]:
+        """The fixed index keys every transition script gets just before its declared
+        groups (includes/index.lua finds them there)."""
+        return [self.index_status, self.index_expiring]
+
     def job_group(self, job_id: str) -> list[str]:
         """The keys declared per job id, in includes/declared.lua's order."""
         job = self.job(job_id)

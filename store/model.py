@@ -56,9 +56,11 @@ TRANSITIONS: Mapping[JobStatus | None, frozenset[JobStatus]] = {
         }
     ),
     JobStatus.COMPLETED: frozenset(),
-    JobStatus.FAILED: frozenset(),
-    JobStatus.CANCELLED: frozenset(),
-    JobStatus.PARTIAL: frozenset(),
+    # RetryJob (redrive): a single job back to QUEUED, a group child back to
+    # HELD, a group parent to QUEUED (PROCESSING while a child still runs).
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED, JobStatus.HELD}),
+    JobStatus.CANCELLED: frozenset({JobStatus.QUEUED, JobStatus.HELD, JobStatus.PROCESSING}),
+    JobStatus.PARTIAL: frozenset({JobStatus.QUEUED}),
 }
 
 
@@ -334,6 +336,10 @@ class JobEvent:
     worker_id: str
     error_code: str
     time: datetime
+    #: Who made the transition when it was not the job's own tenant:
+    #: "<role>:<tenant>" of the caller (an admin's Cancel or RetryJob:
+    #: "admin:ops"); empty for the job's own tenant and for the system.
+    actor: str = ""
 
 
 # -- ListJobs ----------------------------------------------------------------

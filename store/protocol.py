@@ -6,7 +6,8 @@ and are held to it by one contract suite (tests/store/test_contract.py).
 Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
 
 * Tenancy: every tenant-facing call takes the caller's tenant; another
-  tenant's job raises `JobNotFound`, exactly like an unknown id. Worker-facing
+  tenant's job raises `JobNotFound`, exactly like an unknown id. A tenant
+  of None means any tenant (an admin caller: `Caller.tenant_scope`). Worker-facing
   calls (claim, heartbeat, set_result) serve every tenant: the GPU fleet is
   shared, and the lease id is the worker's proof of ownership.
 * Idempotency: same tenant + key + `SubmitRequest.fingerprint()` returns the
@@ -62,7 +63,20 @@ Semantics every implementation keeps (see ../shared/DESIGN.md, "Semantics"):
   children get the parent's expiry. A claim or recovery that meets an id whose
   record is gone drops the id and never recreates a blank record.
 * Audit: every status transition appends a `JobEvent` in the same atomic step;
-  the stream is capped near `events_max_length`.
+  the stream is capped near `events_max_length`. The events of an admin's
+  cancel or retry_job carry its `actor` ("admin:<tenant>").
+* ListJobs (list_jobs): newest first (create_time, then id, descending),
+  keyset pages from a `ListCursor`; a job that exists and matches for a
+  whole walk is listed exactly once, every listed job matched when its page
+  was read. Indexes are kept by the transitions (store/listing.py); a page
+  costs O(page_size x log N) for no filter and for status, kind, model and
+  parent_id; other terms examine at most 10 x page_size jobs per call (a
+  short page with a cursor). Listed jobs carry no result, children or
+  queue_position. Jobs past their result_ttl are never listed.
+* RetryJob (retry_job): a FAILED or CANCELLED single job back to QUEUED at
+  the back of its queue, a FAILED, PARTIAL or CANCELLED group's unfinished
+  children back to HELD (store/memory/redrive.py says the rest); else
+  `JobNotRetryable`. The tenant's live caps apply.
 * Failures of the backing store raise `StoreUnavailable`, never an empty
   answer, and are reported to `on_failure` under the method's name
   (`record_result` as "set_result").
@@ -82,7 +96,10 @@ from store.model import (
     HeartbeatResult,
     Job,
     JobEvent,
+    JobFilter,
+    JobPage,
     JobStatus,
+    ListCursor,
     Priority,
     QueueStats,
     ReportedAndClaimed,
@@ -127,10 +144,10 @@ class Store(Protocol):
         to its index.
         """
 
-    async def get(self, tenant: str, job_id: str) -> Job:
+    async def get(self, tenant: str | None, job_id: str) -> Job:
         """The job's snapshot, with queue_position while QUEUED and a group's children."""
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         """The job's input bytes (kept apart from the record).
 
         No production caller (claim hands the payload to the worker): the
@@ -138,8 +155,21 @@ class Store(Protocol):
         and expires with its job, which no other read shows.
         """
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         """A group's children in index order (empty for other kinds)."""
+
+    async def list_jobs(
+        self,
+        tenant: str | None,
+        query: JobFilter,
+        after: ListCursor | None,
+        page_size: int,
+    ) -> JobPage:
+        """One ListJobs page of `tenant`'s jobs (None: every tenant's) matching
+        `query`, newest first, after `after`; `next` is None on the last page."""
+
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+        """RetryJob: the job (or group) back to work in one atomic step; its snapshot."""
 
     async def claim(
         self,
@@ -218,7 +248,9 @@ class Store(Protocol):
         as claim() with no wait would. The daemon's fast path.
         """
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
         """Cancel a job or a group, as the module docstring says."""
 
     async def recover(self) -> list[JobEvent]:
@@ -231,7 +263,7 @@ class Store(Protocol):
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
         """Hold (or renew) the recovery leadership for `ttl`; True if `holder` has it."""
 
-    def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
+    def watch(self, tenant: str | None, job_id: str) -> AsyncIterator[Job]:
         """Snapshots of one job: the current one first, then one per change.
 
         A change is any difference in status, progress, stage, queue_position

@@ -237,12 +237,15 @@ def format_human(event: JobEvent) -> str:
             f"attempts={event.attempts}",
             f"worker={event.worker_id or '-'}",
             f"error={event.error_code or '-'}",
+            # an admin's Cancel or RetryJob: who acted
+            *([f"by={event.actor}"] if event.actor else []),
         ]
     )
 
 
 def format_json(event: JobEvent) -> str:
-    """One JSON object; `from` is null for the event that created the job."""
+    """One JSON object; `from` is null for the event that created the job, `actor`
+    is "" unless an admin's Cancel or RetryJob made the change ("admin:ops")."""
     return json.dumps(
         {
             "id": event.id,
@@ -257,6 +260,7 @@ def format_json(event: JobEvent) -> str:
             "attempts": event.attempts,
             "worker_id": event.worker_id,
             "error_code": event.error_code,
+            "actor": event.actor,
         },
         separators=(",", ":"),
     )

@@ -11,8 +11,11 @@
     ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
                  (common.lua)
     ARGV[5]      job id
-    ARGV[6]      tenant (another tenant's job is JOB_NOT_FOUND)
+    ARGV[6]      tenant (another tenant's job is JOB_NOT_FOUND; '' = any tenant,
+                 an admin's cancel)
     ARGV[7]      reason (stored as error_message)
+    ARGV[8]      actor: who cancels when not the job's tenant ("admin:ops"; '' for
+                 the tenant itself), written into the events (common.lua ACTOR)
     ARGV[..]     the declaration tail (includes/declared.lua)
 
   Output:
@@ -39,11 +42,12 @@
 local id = ARGV[5]
 local key = jk(id)
 local reason = ARGV[7]
+ACTOR = ARGV[8]
 if op_recorded() then
   return {1, snapshot(id)}
 end
 local f = redis.call('HMGET', key, 'status', 'tenant', 'kind')
-if not f[1] or f[2] ~= ARGV[6] then
+if not f[1] or (ARGV[6] ~= '' and f[2] ~= ARGV[6]) then
   return {RC.JOB_NOT_FOUND}
 end
 plan_snapshot(id)

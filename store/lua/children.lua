@@ -5,7 +5,7 @@
     KEYS[1..]  the declared job and model groups (includes/declared.lua):
                the parent; its children and their models, once asked for
     ARGV[1]    the parent's job id
-    ARGV[2]    tenant
+    ARGV[2]    tenant ('' = any tenant: an admin's read)
     ARGV[..]   the declaration tail (includes/declared.lua)
 
   Output:
@@ -22,7 +22,7 @@
 
 local id = ARGV[1]
 local f = redis.call('HMGET', jk(id), 'tenant', 'child_models')
-if f[1] ~= ARGV[2] then
+if not f[1] or (ARGV[2] ~= '' and f[1] ~= ARGV[2]) then
   return {RC.JOB_NOT_FOUND}
 end
 local ids = redis.call('LRANGE', children_key(id), 0, -1)

@@ -6,7 +6,7 @@
                the job; its model (for the queue position) and a group's
                children, once asked for
     ARGV[1]    job id
-    ARGV[2]    tenant
+    ARGV[2]    tenant ('' = any tenant: an admin's read)
     ARGV[..]   the declaration tail (includes/declared.lua)
 
   Output:
@@ -22,7 +22,8 @@
 --- @include "plan"
 
 local id = ARGV[1]
-if redis.call('HGET', jk(id), 'tenant') ~= ARGV[2] then
+local owner = redis.call('HGET', jk(id), 'tenant')
+if not owner or (ARGV[2] ~= '' and owner ~= ARGV[2]) then
   return {RC.JOB_NOT_FOUND}
 end
 plan_snapshot(id)

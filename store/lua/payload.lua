@@ -4,7 +4,7 @@
   Input:
     KEYS[1]  the job hash
     KEYS[2]  the job's payload (string)
-    ARGV[1]  tenant
+    ARGV[1]  tenant ('' = any tenant: an admin's read)
 
   Output:
     {1, payload}
@@ -14,7 +14,8 @@
 ]]
 --- @include "policy"
 
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then
+local owner = redis.call('HGET', KEYS[1], 'tenant')
+if not owner or (ARGV[1] ~= '' and owner ~= ARGV[1]) then
   return {RC.JOB_NOT_FOUND}
 end
 return {1, redis.call('GET', KEYS[2]) or ''}

@@ -32,6 +32,7 @@ from store.journal import Journal, Loaded
 from store.memory import durable, submits
 from store.memory.changes import IN_MEMORY, Changes
 from store.memory.fleet import LocalFleet
+from store.memory.operators import Operators
 from store.memory.record import Outcome, Record
 from store.memory.state import State, dt, event_number
 from store.memory.waiters import LocalListener, Waiters
@@ -62,7 +63,7 @@ from store.policy import Verdict
 _NO_RECHECK = 3600.0
 
 
-class LocalEngine:
+class LocalEngine(Operators):
     """The Store's transitions in process memory; with a `journal`, also in its directory.
 
     Without one, state dies with the process. With one (store/memory/durable.py)
@@ -200,29 +201,32 @@ class LocalEngine:
             for record, (_, source) in zip(records, plan, strict=True)
         ]
 
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
         self._check_open()
         return self.state.snapshot(self.state.visible_record(tenant, job_id))
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         self._check_open()
         return self.state.changes.payload(self.state.visible_record(tenant, job_id))
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         self._check_open()
         record = self.state.visible_record(tenant, job_id)
         return [self.state.snapshot(self.state.jobs[child]) for child in record.children]
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
         self._check_open()
         now = self.state.clock()
         record = self.state.visible_record(tenant, job_id)
         if record.status in TERMINAL_STATUSES:
             return CancelResult(self.state.snapshot(record), cancelled=False)
-        if record.kind is JobKind.GROUP:
-            self.state.cancel_group(record, reason, now)
-        else:
-            self.state.cancel_job(record, reason, now)
+        with self.state.acting(actor):
+            if record.kind is JobKind.GROUP:
+                self.state.cancel_group(record, reason, now)
+            else:
+                self.state.cancel_job(record, reason, now)
         self._wake()
         return CancelResult(self.state.snapshot(record), cancelled=True)
 
@@ -426,7 +430,7 @@ class LocalEngine:
             self._wake()
         return claimed
 
-    async def read_for_watch(self, tenant: str, job_id: str) -> Job:
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job:
         return await self.get(tenant, job_id, "watch")
 
     # -- waiting -------------------------------------------------------------

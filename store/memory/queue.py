@@ -13,7 +13,9 @@ from sortedcontainers import SortedList
 
 class OrderedQueue:
     def __init__(self) -> None:
-        self._visible: SortedList = SortedList()  # (score, job id) of the claimable jobs
+        self._visible: SortedList[tuple[float, str]] = (
+            SortedList()
+        )  # (score, job id) of the claimable jobs
         self._score_of: dict[str, float] = {}  # every job owning a place, shown or not
 
     def __len__(self) -> int:

@@ -12,8 +12,9 @@ later transition are skipped).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from store.memory.deadlines import (
     retry_is_current,
     run_is_current,
 )
+from store.memory.index import Index
 from store.memory.queue import OrderedQueue
 from store.memory.record import Record
 from store.model import (
@@ -119,6 +121,20 @@ class State:
         self.captured: list[JobEvent] | None = None
         # queue classes that got a claimable job since the last wake-up
         self.claimable_models: set[str] = set()
+        # ListJobs' sorted runs, kept by emit (every status change) and purge
+        self.index = Index()
+        # who acts in the transition now running, when not the job's tenant
+        # (an admin's Cancel or RetryJob: "admin:ops"); JobEvent.actor
+        self.actor = ""
+
+    @contextlib.contextmanager
+    def acting(self, actor: str) -> Iterator[None]:
+        """The events of the transition made inside name `actor` (JobEvent.actor)."""
+        self.actor = actor
+        try:
+            yield
+        finally:
+            self.actor = ""
 
     def keyed(self, tenant: str, key: str, now: float) -> Record | None:
         job_id = self.keys.get((tenant, key))
@@ -211,7 +227,9 @@ class State:
             worker_id=record.worker_id,
             error_code=record.error_code,
             time=dt(now),
+            actor=self.actor,
         )
+        self.index.moved(record, before)
         self.next_event += 1
         self.events.append(event)
         self.changes.emitted(record, event)
@@ -431,14 +449,17 @@ class State:
             record = self.jobs[record.parent_id]
         for job_id in [*record.children, record.id]:
             gone = self.jobs.pop(job_id, None)
+            if gone:
+                self.index.removed(gone)
             if gone and gone.idempotency_key and not gone.parent_id:
                 key = (gone.tenant, gone.idempotency_key)
                 if self.keys.get(key) == job_id:
                     del self.keys[key]
 
-    def visible_record(self, tenant: str, job_id: str) -> Record:
+    def visible_record(self, tenant: str | None, job_id: str) -> Record:
+        """The job, if `tenant` may see it (None: any tenant's, for an admin)."""
         record = self.fresh(job_id, self.clock())
-        if record is None or record.tenant != tenant:
+        if record is None or (tenant is not None and record.tenant != tenant):
             raise JobNotFound(f"job {job_id} not found", job_id=job_id)
         return record
 

@@ -28,7 +28,7 @@ DECLARE_ROUNDS = 4
 
 @dataclass
 class ScriptCall:
-    """KEYS: (the transition keys), `keys`, the declared groups, `trailing`;
+    """KEYS: (the transition keys), `keys`, (the index keys), the declared groups, `trailing`;
     ARGV: (the common args), `args`, the declaration tail."""
 
     script: str
@@ -50,7 +50,11 @@ class ScriptCall:
     def keys_and_args(
         self, keys: Keys, common: Sequence[ArgValue]
     ) -> tuple[list[str], list[ArgValue]]:
-        fixed = [*keys.transition_keys(), *self.keys] if self.transition else list(self.keys)
+        fixed = (
+            [*keys.transition_keys(), *self.keys, *keys.index_keys()]
+            if self.transition
+            else list(self.keys)
+        )
         first = list(common) if self.transition else []
         return (
             [*fixed, *keys.declared_keys(self.declared), *self.trailing],

@@ -103,6 +103,7 @@ def event_from_fields(stream_id: str, fields: Record) -> JobEvent:
         worker_id=_text(fields, "worker_id"),
         error_code=_text(fields, "error_code"),
         time=ms_to_datetime(fields["time"]),
+        actor=_text(fields, "actor"),
     )
 
 

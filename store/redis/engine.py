@@ -51,9 +51,13 @@ from store.model import (
     PRIORITIES_IN_CLAIM_ORDER,
     CancelResult,
     ClaimedJob,
+    GroupSpec,
     HeartbeatResult,
     Job,
     JobEvent,
+    JobFilter,
+    JobPage,
+    ListCursor,
     Priority,
     QueueStats,
     ReportAnswer,
@@ -71,6 +75,7 @@ from store.redis.connection import Connection, text, translated
 from store.redis.fleet import RedisFleet
 from store.redis.hints import Hints
 from store.redis.ids import PartitionIds, new_ulid, partition_of
+from store.redis.listing import list_pages
 from store.redis.notify import ANY_MESSAGE, Listener
 from store.redis.occupancy import Occupancy
 from store.redis.others import OtherPartitions, View, up_to
@@ -325,7 +330,7 @@ class RedisEngine:
         return SubmitResult(job, result.reused)
 
     # Reads ---------------------------------------------------------------------
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
         index = partition_of(job_id, len(self.parts))
         job, score = await self.parts[index].get(tenant, job_id, operation)
         if len(self.parts) == 1 or job.queue_position is None:
@@ -333,16 +338,24 @@ class RedisEngine:
         ahead = await self._position_elsewhere(index, job, score)
         return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
-    async def read_for_watch(self, tenant: str, job_id: str) -> Job:
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job:
         """A waiter's read: queued behind other waiters, never failing for want of a connection."""
         async with self.waiter_reads:
             return await self.get(tenant, job_id, "watch")
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         return await self.part_of(job_id).payload(tenant, job_id)
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         return await self.part_of(job_id).list_children(tenant, job_id)
+
+    async def list_jobs(
+        self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int
+    ) -> JobPage:
+        parent = next((t.value for t in query.terms if t.field == "parent_id"), None)
+        part = None if parent is None else partition_of(str(parent), len(self.parts))
+        listers = [p.lister for p in self.parts]
+        return await list_pages(listers, tenant, query, after, page_size, part)
 
     async def _position_elsewhere(self, index: int, job: Job, score: str) -> int:
         """Jobs the other partitions queue ahead of `job` (its partition counted it already).
@@ -556,11 +569,32 @@ class RedisEngine:
             [answers[i] for i in range(len(results))], chosen.sort(claimed, len(self.parts))
         )
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
         index = partition_of(job_id, len(self.parts))
-        result = await self.parts[index].cancel(tenant, job_id, reason)
+        result = await self.parts[index].cancel(tenant, job_id, reason, actor)
         self._occupancy.maybe(index)  # a cancelled child's group may queue its next child
         return result
+
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+        """retry_job.lua in the job's partition; on several, the caps count the
+        others' live jobs from the cached view Submit uses (at most a second old)."""
+        index = partition_of(job_id, len(self.parts))
+        self._occupancy.maybe(index)  # it queues work there
+        if len(self.parts) == 1:
+            return await self.owner.retry_job(tenant, job_id, actor)
+        owner = (await self.parts[index].get(tenant, job_id, "retry_job"))[0].tenant
+        view = await self._others.view(index, [SubmitRequest(owner, GroupSpec(()))])
+        s = self.settings
+        caps = (
+            max(s.max_live_per_tenant - view.tenants[owner], 0),
+            max(s.max_live_total - view.total, 0),
+        )
+        job = await self.parts[index].retry_job(tenant, job_id, actor, caps)
+        if job.queue_position is None:
+            return job
+        return await self.get(tenant, job_id, "retry_job")  # its position over every partition
 
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:

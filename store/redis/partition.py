@@ -63,6 +63,7 @@ from store.redis.codec import (
 )
 from store.redis.connection import SOCKET_TIMEOUT, Connection, text, translated
 from store.redis.hints import Hints
+from store.redis.listing import PartitionLister
 from store.redis.scripts import ArgValue
 
 log = logging.getLogger("store.redis")
@@ -114,6 +115,8 @@ class Partition:
         # Reports the failures of background work (releases of abandoned claims).
         self._failures = failures
         self._background: set[asyncio.Task[None]] = set()
+        #: ListJobs' reads of this partition's indexes (and their drain)
+        self.lister = PartitionLister(connection, keys)
 
     # Calls ---------------------------------------------------------------------
     def _common_args(self) -> list[ArgValue]:
@@ -203,7 +206,7 @@ class Partition:
         for request in requests:
             spec, item_payloads = self._spec(request)
             item_declared = _spec_declared(spec)
-            declared.add(item_declared.ids, item_declared.models)
+            declared.add(item_declared.ids, item_declared.models, item_declared.raw)
             key_index = 0
             if request.idempotency_key:
                 keys.append(self.keys.idempotency(request.tenant, request.idempotency_key))
@@ -271,7 +274,7 @@ class Partition:
                 "max_parallel": max(0, work.max_parallel),
                 "jobs": children,
             }
-            return spec, [child.payload for child in work.children]
+            return _indexed(self.keys, request.tenant, spec), [c.payload for c in work.children]
         single = self._job_spec(work, key, request.priority)
         spec = {
             "kind": JobKind.SINGLE.value,
@@ -281,14 +284,14 @@ class Partition:
             "max_parallel": 0,
             "jobs": [single],
         }
-        return spec, [work.payload]
+        return _indexed(self.keys, request.tenant, spec), [work.payload]
 
     # Reads ---------------------------------------------------------------------
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> tuple[Job, str]:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> tuple[Job, str]:
         """The job (its position counted in this partition) and its queue score."""
         call = ScriptCall(
             "get",
-            [job_id, tenant],
+            [job_id, _scope(tenant)],
             self._hints.hinted(job_id),
             operation=operation,
             transition=False,
@@ -297,16 +300,16 @@ class Partition:
         _check_code(reply, job_id)
         return self._job(reply[1]), queue_score(reply[1])
 
-    async def payload(self, tenant: str, job_id: str) -> bytes:
+    async def payload(self, tenant: str | None, job_id: str) -> bytes:
         keys = [self.keys.job(job_id), self.keys.payload(job_id)]
-        reply = await self.connection.run("payload", "payload", keys, [tenant])
+        reply = await self.connection.run("payload", "payload", keys, [_scope(tenant)])
         _check_code(reply, job_id)
         return bytes(reply[1])
 
-    async def list_children(self, tenant: str, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
         call = ScriptCall(
             "children",
-            [job_id, tenant],
+            [job_id, _scope(tenant)],
             self._hints.hinted(job_id),
             operation="list_children",
             transition=False,
@@ -514,16 +517,29 @@ class Partition:
             return ReportAnswer(job_id, refused=error_for(code, job_id))
         return ReportAnswer(job_id, ResultRecorded(self._job(snapshot), applied=code == 1))
 
-    async def cancel(self, tenant: str, job_id: str, reason: str = "") -> CancelResult:
+    async def cancel(
+        self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
+    ) -> CancelResult:
         call = ScriptCall(
             "cancel",
-            [job_id, tenant, reason],
+            [job_id, _scope(tenant), reason, actor],
             self._hints.hinted(job_id),
             trailing=[self._op_key()],
         )
         reply = await self.call(call)
         _check_code(reply, job_id)
         return CancelResult(job=self._job(reply[1]), cancelled=reply[0] == 1)
+
+    async def retry_job(
+        self, tenant: str | None, job_id: str, actor: str, caps: Caps | None = None
+    ) -> Job:
+        """retry_job.lua; `caps` as submit's (the engine's, other partitions counted)."""
+        args: list[ArgValue] = [job_id, _scope(tenant), actor, *(caps or self._caps())]
+        call = ScriptCall("retry_job", args, self._hints.hinted(job_id), trailing=[self._op_key()])
+        reply = await self.call(call)
+        if reply[0] < 0:
+            raise error_for(reply[0], job_id, why=text(reply[1]) if len(reply) > 1 else "")
+        return self._job(reply[1])
 
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:
@@ -535,6 +551,7 @@ class Partition:
             ("recover_queue_timeouts", []),
         ):
             events += await self._recover_all(name, extra)
+        await self.lister.drain(self.connection.control)
         return events
 
     async def _recover_all(self, name: str, extra: Sequence[ArgValue]) -> list[JobEvent]:
@@ -647,6 +664,11 @@ class Partition:
         return len(self._background)
 
 
+def _scope(tenant: str | None) -> str:
+    """A tenant as the scripts take it: '' for any tenant (no tenant is named '')."""
+    return "" if tenant is None else tenant
+
+
 def _report_args(report: ResultReport) -> list[ArgValue]:
     return [
         report.status.value,
@@ -660,7 +682,22 @@ def _report_args(report: ResultReport) -> list[ArgValue]:
 
 def _spec_declared(spec: dict[str, Any]) -> Declared:
     """A submit's declaration: every job id it creates (the root, the
-    children) and every model they queue on."""
+    children), every model they queue on and their (tenant, model) index runs."""
     jobs = spec["jobs"]
     classes = [c for job in jobs for c in (job["model"], queue_class(job["model"], job["pool"]))]
-    return Declared([spec["id"], *(job["id"] for job in jobs)], classes)
+    runs = [job["model_index"] for job in (spec, *jobs) if "model_index" in job]
+    return Declared([spec["id"], *(job["id"] for job in jobs)], classes, runs)
+
+
+def _indexed(keys: Keys, tenant: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` with each job's (tenant, model) index run named (submit writes it,
+    includes/index.lua), and a group's child ids ascending with their index, so
+    its children list is in ListJobs' key order (store/redis/listing.py)."""
+    jobs = spec["jobs"]
+    if spec["kind"] == JobKind.GROUP.value:
+        spec["model_index"] = keys.index_model(tenant, spec["model"])
+        for job, job_id in zip(jobs, sorted(job["id"] for job in jobs), strict=True):
+            job["id"] = job_id
+    for job in jobs:
+        job["model_index"] = keys.index_model(tenant, job["model"])
+    return spec

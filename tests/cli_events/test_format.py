@@ -70,7 +70,14 @@ def test_json_line_is_one_object_with_every_field() -> None:
         "attempts": 2,
         "worker_id": "gpu-7",
         "error_code": "",
+        "actor": "",
     }
+
+
+def test_an_admins_change_names_who_acted() -> None:
+    retried = dataclasses.replace(CREATED, from_status=JobStatus.FAILED, actor="admin:ops")
+    assert format_human(retried).endswith("  error=-  by=admin:ops")
+    assert json.loads(format_json(retried))["actor"] == "admin:ops"
 
 
 def test_json_from_is_null_for_the_creating_event() -> None:

@@ -212,6 +212,36 @@ class Api:
         )
         return response
 
+    async def list_jobs(
+        self, filter: str = "", page_size: int = 0, page_token: str = ""
+    ) -> job_service_pb2.ListJobsResponse:
+        request = job_service_pb2.ListJobsRequest(
+            filter=filter, page_size=page_size, page_token=page_token
+        )
+        response: job_service_pb2.ListJobsResponse = await self.jobs.ListJobs(
+            request, metadata=self.client_metadata, timeout=CALL_TIMEOUT
+        )
+        return response
+
+    async def list_all(self, filter: str = "", page_size: int = 0) -> list[job_pb2.Job]:
+        """Every job of a whole ListJobs walk."""
+        jobs: list[job_pb2.Job] = []
+        token = ""
+        while True:
+            page = await self.list_jobs(filter, page_size, token)
+            jobs.extend(page.jobs)
+            if not page.next_page_token:
+                return jobs
+            token = page.next_page_token
+
+    async def retry(self, job_id: str) -> job_pb2.Job:
+        response: job_service_pb2.RetryJobResponse = await self.jobs.RetryJob(
+            job_service_pb2.RetryJobRequest(job_id=job_id),
+            metadata=self.client_metadata,
+            timeout=CALL_TIMEOUT,
+        )
+        return response.job
+
     def stream(self, job_id: str, timeout: float = 30.0) -> Any:
         """The StreamStatus call (an async iterator of StreamStatusResponse)."""
         return self.jobs.StreamStatus(

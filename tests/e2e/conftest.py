@@ -42,6 +42,8 @@ CAPS: Mapping[str, str] = {
 }
 
 AUTH_TENANTS = ("acme", "globex")
+#: The tenant of the auth deployment's admin token (every tenant's jobs).
+ADMIN_TENANT = "ops"
 
 
 def start_deployment(
@@ -101,10 +103,12 @@ async def ttl_api(ttl_deployment: Deployment, tenant: str) -> AsyncIterator[Api]
 def auth_deployment(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
-    """A deployment with --auth-file: client tokens for AUTH_TENANTS and one worker token."""
+    """A deployment with --auth-file: client tokens for AUTH_TENANTS, one worker token
+    and one admin token (of ADMIN_TENANT)."""
     workdir = tmp_path_factory.mktemp(f"auth-{request.param}")
     tokens = [Token(f"client-secret-{t}-{uuid.uuid4().hex}", t, "client") for t in AUTH_TENANTS]
     tokens.append(Token(f"worker-secret-{uuid.uuid4().hex}", "fleet", "worker"))
+    tokens.append(Token(f"admin-secret-{uuid.uuid4().hex}", ADMIN_TENANT, "admin"))
     auth = write_auth_file(workdir / "auth.json", tokens)
     running = start_deployment(request, workdir, {**FAST_SETTINGS, "auth-file": str(auth.path)})
     running.auth = auth

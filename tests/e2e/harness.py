@@ -182,6 +182,9 @@ class AuthFile:
             t for t in self.tokens if t.role == "worker" and (pool is None or t.pool == pool)
         )
 
+    def admin(self) -> Token:
+        return next(t for t in self.tokens if t.role == "admin")
+
 
 def auth_entry(token: Token) -> dict[str, object]:
     """One entry of the auth file: the token's SHA-256 and whichever keys it sets."""

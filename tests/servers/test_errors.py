@@ -29,7 +29,7 @@ class BrokenEngine(LocalEngine):
     failure: Exception | None = None
     gets = 0
 
-    async def get(self, tenant: str, job_id: str, operation: str = "get") -> Job:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
         self.gets += 1
         if self.failure is not None:
             raise self.failure

@@ -9,7 +9,7 @@ from pathlib import Path
 from jobgate.v1 import worker_service_pb2
 from serving.auth import Authenticator
 from store.memory import LocalStore
-from store.model import Priority, QueueStats, StoreSettings
+from store.model import Priority, StoreSettings
 from tests.helpers import assert_eventually
 from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness
@@ -52,10 +52,10 @@ async def test_an_unknown_pool_has_no_series(harness: Harness) -> None:
 
 
 class QueuedInPool(LocalStore):
-    """A store whose queue statistics show jobs queued for pool gpu-c."""
+    """A store whose ready counts show jobs queued for pool gpu-c."""
 
-    async def queue_stats(self) -> list[QueueStats]:
-        return [QueueStats("m", Priority.BATCH, "gpu-c", queued=2, processing=0)]
+    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+        return {("m", Priority.BATCH, "gpu-c"): 2}
 
 
 async def test_a_pool_with_queued_jobs_and_no_worker_has_a_series_at_zero(

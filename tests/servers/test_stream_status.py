@@ -19,7 +19,7 @@ class CountingStore(LocalStore):
 
     open_watches = 0
 
-    async def watch(self, tenant: str, job_id: str) -> AsyncIterator[Job]:
+    async def watch(self, tenant: str | None, job_id: str) -> AsyncIterator[Job]:
         self.open_watches += 1
         try:
             async for job in super().watch(tenant, job_id):

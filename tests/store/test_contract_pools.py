@@ -8,7 +8,10 @@ ones, so a job bound to another pool is never in reach of it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+
+import pytest
 
 from store import Store
 from store.model import GroupSpec, JobStatus, Priority, ResultReport, SubmitRequest
@@ -131,3 +134,23 @@ async def test_demand_counts_what_a_pools_workers_could_take(store: Store) -> No
     assert await store.demand(MODEL, "cloud") == 2  # its running job and the any-pool one
     assert await store.demand(MODEL, "gpu") == 1  # only the any-pool job
     assert await store.demand(MODEL, None) == 3
+
+
+@pytest.mark.usefixtures("pushed_wake_ups_only")
+async def test_a_watch_of_a_pool_job_sees_a_job_of_its_pool_queued_ahead(store: Store) -> None:
+    job = await submit_one(store, pool="onprem")
+    stream = store.watch(TENANT, job.id)
+    assert (await asyncio.wait_for(anext(stream), 5)).queue_position == 0
+    await submit_one(store, pool="onprem", priority=Priority.INTERACTIVE)
+    assert (await asyncio.wait_for(anext(stream), 5)).queue_position == 1
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("pushed_wake_ups_only")
+async def test_a_watch_of_a_pool_job_sees_an_any_pool_job_queued_ahead(store: Store) -> None:
+    job = await submit_one(store, pool="onprem")
+    stream = store.watch(TENANT, job.id)
+    assert (await asyncio.wait_for(anext(stream), 5)).queue_position == 0
+    await submit_one(store, priority=Priority.INTERACTIVE)
+    assert (await asyncio.wait_for(anext(stream), 5)).queue_position == 1
+    await stream.aclose()  # type: ignore[attr-defined]

@@ -160,7 +160,7 @@ async def test_an_illegal_transition_is_refused() -> None:
     job = (await store.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model=MODEL)))).job
     await store.cancel(TENANT, job.id)
     with pytest.raises(RuntimeError, match="illegal transition"):
-        store.engine.state.transition(store.engine.state.jobs[job.id], JobStatus.QUEUED, 0.0)
+        store.engine.state.transition(store.engine.state.jobs[job.id], JobStatus.COMPLETED, 0.0)
 
 
 async def test_claimed_snapshots_are_copies() -> None:

@@ -29,7 +29,9 @@ from redis.exceptions import ResponseError
 from store.errors import StoreError
 from store.model import (
     ClaimedJob,
+    FilterTerm,
     GroupSpec,
+    JobFilter,
     JobSpec,
     JobStatus,
     ResultReport,
@@ -347,6 +349,51 @@ async def exercise(store: RedisStore, fast: RedisStore, cold: RedisStore) -> Non
     assert await store.list_workers()
     await exercise_cold(store, cold)
     await exercise_partitioned(store.engine.connection.url)
+    await exercise_index(store, cold)
+
+
+async def exercise_index(store: RedisStore, cold: RedisStore) -> None:
+    """RetryJob (a single job, a group), ListJobs' reads (every driver, an admin's
+    walk) and the drain of expired index entries."""
+    failed = (await store.submit(single("m-redo"))).job
+    [attempt] = await store.claim("w1", ["m-redo"])
+    await store.set_result(attempt.job.id, attempt.lease_id, JobStatus.FAILED)
+    await cold.retry_job(TENANT, failed.id)
+    redone = (await store.submit(group("m-redo", 2, max_parallel=1))).job
+    await store.cancel(TENANT, redone.id)
+    await cold.retry_job(None, redone.id, "admin:ops")
+    for terms in ((), (("status", JobStatus.QUEUED),), (("model", "m-redo"),)):
+        await store.list_jobs(None, JobFilter(tuple(FilterTerm(f, "=", v) for f, v in terms)),
+                              None, 2)  # fmt: skip
+    by_parent = JobFilter((FilterTerm("parent_id", "=", redone.id),))
+    page = await store.list_jobs(TENANT, by_parent, None, 1)
+    await store.list_jobs(TENANT, by_parent, page.next, 1)
+    short = RedisStore(
+        store.engine.connection.url,
+        StoreSettings(result_ttl=timedelta(milliseconds=50)),
+        partition=store.engine.owner.keys.partition + "-short",
+    )
+    await short.open()
+    try:
+        gone = (await short.submit(single("m-gone"))).job
+        await short.cancel(TENANT, gone.id)
+
+        async def drained() -> bool:
+            await short.recover()
+            page = await short.list_jobs(TENANT, JobFilter(), None, 1000)
+            return gone.id not in [job.id for job in page.jobs] and not await _expiring(short)
+
+        await assert_eventually(drained)
+    finally:
+        await short.close()
+
+
+async def _expiring(store: RedisStore) -> int:
+    client = AsyncRedis.from_url(store.engine.connection.url)
+    try:
+        return int(await client.llen(store.engine.owner.keys.index_expiring))
+    finally:
+        await client.aclose()
 
 
 async def exercise_partitioned(url: str) -> None:

@@ -60,7 +60,7 @@ end
 -- What a claim reads of a queued job, in one HMGET: claim_one's fields and
 -- the event's (includes/common.lua emit).
 local CLAIM_FIELDS = {'status', 'model', 'run_timeout', 'parent_id', 'weight', 'pool',
-  'attempts', 'tenant', 'priority', 'error_code'}
+  'attempts', 'tenant', 'priority', 'error_code', 'kind', 'create_time'}
 
 -- The claim of `id` touches its hash, its payload and a child's parent: its
 -- fields when all are declared, else false (they are asked for).
@@ -127,7 +127,7 @@ local function claim_one(id, f, lease_id, worker_id, lease_ms, score, priority)
   end
   redis.call('HINCRBY', K_INFLIGHT, queue_class(f[2], f[6]), 1)
   emit(id, ST.QUEUED, ST.PROCESSING, {f[4] or '', f[8], f[2], f[9], attempts, worker_id,
-    f[10] or ''})
+    f[10] or '', f[11], f[12]})
   notify('j', id)
   notify('q', f[2])
   local parent_id = f[4]

@@ -110,6 +110,13 @@ local function raise_floor(model, priority, score)
   end
 end
 
+--- @include "index"
+
+-- Who makes this script's transitions when it is not the job's own tenant
+-- (an admin's Cancel or RetryJob: "admin:ops"); set by the script, written
+-- into each event it emits as "actor" (absent when empty).
+local ACTOR = ''
+
 local function oom_guard(key)
   redis.call('HDEL', key, 'oom-guard')
 end
@@ -126,10 +133,11 @@ end
 -- The events this script appended, each {stream id, field, value, ...}.
 -- Call after the record is updated: the event carries its new fields. A
 -- caller that knows them passes `known` ({parent_id, tenant, model,
--- priority, attempts, worker_id, error_code}, in that order) and spares
--- the read.
+-- priority, attempts, worker_id, error_code, kind, create_time}, in that
+-- order) and spares the read; kind and create_time place it in ListJobs'
+-- index (includes/index.lua).
 local EVENT_FIELDS = {'parent_id', 'tenant', 'model', 'priority', 'attempts', 'worker_id',
-  'error_code'}
+  'error_code', 'kind', 'create_time'}
 local EMITTED = {}
 local function emit(id, from, to, known)
   local f = known or redis.call('HMGET', jk(id), unpack(EVENT_FIELDS))
@@ -137,7 +145,12 @@ local function emit(id, from, to, known)
     'job_id', id, 'parent_job_id', f[1] or '', 'tenant', f[2] or '', 'model', f[3] or '',
     'priority', f[4] or '', 'from', from or '', 'to', to, 'attempts', f[5] or '0',
     'worker_id', f[6] or '', 'error_code', f[7] or '', 'time', tostring(NOW)}
+  if ACTOR ~= '' then
+    fields[#fields + 1] = 'actor'
+    fields[#fields + 1] = ACTOR
+  end
   local sid = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', unpack(fields))
+  index_moved(id, from, to, f[2], f[8], f[9])
   local entry = {sid}
   for i = 1, #fields do
     entry[#entry + 1] = fields[i]
@@ -164,7 +177,8 @@ end
 local function to_queued(id, from, delay_ms)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'model', 'priority', 'seq', 'queue_timeout', 'pool',
-    'tenant', 'weight', 'parent_id', 'attempts', 'worker_id', 'error_code')
+    'tenant', 'weight', 'parent_id', 'attempts', 'worker_id', 'error_code', 'kind',
+    'create_time')
   local seq = f[3]
   if not seq or seq == '' or seq == '0' then
     seq = next_score(f[1], f[2], f[6], f[7])
@@ -181,7 +195,7 @@ local function to_queued(id, from, delay_ms)
     redis.call('ZADD', queue_key(class, f[2]), seq, id)
     notify('r', class .. ' ' .. id)
   end
-  emit(id, from, ST.QUEUED, {f[8], f[6], f[1], f[2], f[9], f[10], f[11]})
+  emit(id, from, ST.QUEUED, {f[8], f[6], f[1], f[2], f[9], f[10], f[11], f[12], f[13]})
   notify('j', id)
 end
 
@@ -215,9 +229,11 @@ end
 
 -- The record, payload, result and idempotency key of job `id` get `ttl_ms`.
 -- A caller that read the record's idem_ref passes it (false: none), and
--- `result_set` false when it knows no result key exists or has its TTL.
-local function expire_job(id, ttl_ms, idem, result_set)
+-- `result_set` false when it knows no result key exists or has its TTL;
+-- `indexed` as index_expiring's.
+local function expire_job(id, ttl_ms, idem, result_set, indexed)
   local key = jk(id)
+  index_expiring(id, ttl_ms, indexed)
   redis.call('PEXPIRE', key, ttl_ms)
   redis.call('PEXPIRE', payload_key(id), ttl_ms)
   if result_set ~= false then
@@ -291,7 +307,7 @@ end
 finish = function(id, status, error_code, error_message, extra, result_set)
   local key = jk(id)
   local f = redis.call('HMGET', key, 'status', 'kind', 'model', 'priority', 'tenant',
-    'parent_id', 'pool', 'attempts', 'worker_id', 'idem_ref')
+    'parent_id', 'pool', 'attempts', 'worker_id', 'idem_ref', 'create_time')
   local from, kind, model, tenant, parent_id = f[1], f[2], f[3], f[5], f[6]
   if not from or TERMINAL[from] then
     return
@@ -321,7 +337,8 @@ finish = function(id, status, error_code, error_message, extra, result_set)
     record[#record + 1] = value
   end
   redis.call('HSET', key, unpack(record))
-  emit(id, from, status, {parent_id or '', tenant, model, f[4], f[8], f[9], error_code})
+  emit(id, from, status, {parent_id or '', tenant, model, f[4], f[8], f[9], error_code, kind,
+    f[11]})
   notify('j', id)
   if kind == KIND.GROUP then
     if group_done(id) then
@@ -333,7 +350,8 @@ finish = function(id, status, error_code, error_message, extra, result_set)
     if result_set == nil then
       result_set = status == ST.COMPLETED  -- only a completed job may have a result
     end
-    expire_job(id, RESULT_TTL_MS, f[10] or false, result_set)
+    expire_job(id, RESULT_TTL_MS, f[10] or false, result_set,
+      {tenant, status, kind, f[11], model})
   end
 end
 

@@ -100,6 +100,7 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
     record[#record + 1] = value
   end
   redis.call('HSET', key, unpack(record))
+  index_created(job['id'], job['model_index'], NOW)
   if payload then
     redis.call('SET', payload_key(job['id']), payload)
   end
