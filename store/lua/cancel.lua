@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   Cancel a job or a group.
 
@@ -30,7 +31,7 @@
   and its set_result gets JOB_CANCELLED); a group parent -> CANCELLED with its
   HELD/QUEUED children (running children run on). A child's end updates its
   parent as set_result does. TTL as set_result. Under OOM it still runs:
-  oom_guard writes first.
+  its shebang says allow-oom.
 ]]
 --- @include "policy"
 --- @include "declared"
@@ -62,7 +63,6 @@ end
 if TERMINAL[f[1]] then
   return {0, snapshot(id)}
 end
-oom_guard(key)
 if f[1] == ST.PROCESSING then
   redis.call('HSET', key, 'cancel_requested', 1)
 end

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   Extend a lease and record progress and stage.
 
@@ -22,7 +23,7 @@
     A job cancelled while this lease held it answers {1, old deadline, 1, worker_id}.
 
   Transitions: none (the lease deadline in `leases` moves). Under OOM it still
-  runs: oom_guard writes first. Publishes "j <id>" when progress or stage
+  runs: its shebang says allow-oom. Publishes "j <id>" when progress or stage
   changed.
 ]]
 --- @include "policy"
@@ -43,7 +44,6 @@ if verdict == VERDICT.CANCEL_REQUESTED then
 elseif verdict ~= VERDICT.APPLY then
   return {RC.LEASE_LOST}
 end
-oom_guard(key)
 local deadline = NOW + tonumber(ARGV[9])
 redis.call('ZADD', K_LEASES, 'XX', deadline, id)
 local stage = ARGV[8]

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   Give back leases whose claimer is gone before it learned of them (its
   deadline passed, it was cancelled, the server drains, the claim's reply
@@ -29,7 +30,7 @@
   Transitions: PROCESSING -> QUEUED (attempts-1; the event carries the
   restored count); a child of a cancelled group PROCESSING -> CANCELLED
   instead. Publishes "r <model> <id>" and "j <id>". Under OOM it still runs:
-  oom_guard writes first.
+  its shebang says allow-oom.
 ]]
 --- @include "policy"
 --- @include "declared"
@@ -44,7 +45,6 @@ local function release_one(id, lease_id)
   if f[1] ~= ST.PROCESSING or f[2] ~= lease_id then
     return 0
   end
-  oom_guard(key)
   redis.call('HINCRBY', key, 'attempts', -1)
   -- the lease dies: a late heartbeat or set_result with it is LEASE_LOST
   redis.call('HSET', key, 'lease_id', '')

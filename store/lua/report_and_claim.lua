@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   The worker daemon's fast path: end several attempts, then claim the next
   jobs, in one call (WorkerService.ReportAndClaim).
@@ -62,8 +63,9 @@ local K_RESULTS_OP = KEYS[#KEYS - 1]
 local function answers_for(codes)
   local answers = {}
   for i, code in ipairs(codes) do
-    local id = ARGV[12 + (i - 1) * 8]
-    answers[i] = {code, code >= 0 and snapshot(id) or false}
+    local a = 12 + (i - 1) * 8
+    -- the stored result is this report's (set_result.lua says why)
+    answers[i] = {code, code >= 0 and snapshot(ARGV[a], ARGV[a + 3]) or false}
   end
   return answers
 end

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   End an attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
 
@@ -41,7 +42,7 @@
   the job is a child of a cancelled group; a child's end may release
   the next HELD child (HELD -> QUEUED) and end its parent (-> COMPLETED |
   FAILED | PARTIAL). TTL: result_ttl on the terminal job's record, payload,
-  result and idempotency key. Under OOM it still runs: oom_guard writes first.
+  result and idempotency key. Under OOM it still runs: its shebang says allow-oom.
 ]]
 --- @include "policy"
 --- @include "declared"
@@ -62,9 +63,11 @@ local needed = keys_needed()
 if needed then
   return needed
 end
+-- The stored result is this call's (applied now, resent, or the same
+-- outcome again: its digest matched), so the snapshot need not read it.
 if code then  -- 0: the same outcome again; 1: this call's own, resent
-  return {1, snapshot(id), code}
+  return {1, snapshot(id, ARGV[8]), code}
 end
 end_attempt(id, j, K_OP, outcome, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11],
   ARGV[12] == '1', tonumber(ARGV[13]), tonumber(ARGV[14]))
-return {1, snapshot(id), 1}
+return {1, snapshot(id, ARGV[8]), 1}

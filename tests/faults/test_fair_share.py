@@ -167,7 +167,9 @@ async def test_claims_split_by_weight_and_an_idle_tenant_wakes_without_a_burst(
     # from its first claim on, the sleeper gets its share, 1 of 5, and no more
     assert verdict.awake[SLEEPER] <= AWAKE_WINDOW // 5 * 1.1, verdict.awake
     assert within_ten_percent(verdict.awake, HEAVY, LIGHT), verdict.awake
-    assert verdict.awake[LIGHT] and abs(verdict.awake[SLEEPER] - verdict.awake[LIGHT]) <= 2
+    # equal weights, equal shares: within 10 % of a share (2 claims), plus the
+    # one the window's start gives the sleeper (it starts at its first claim)
+    assert verdict.awake[LIGHT] and abs(verdict.awake[SLEEPER] - verdict.awake[LIGHT]) <= 3
     figures(
         figures_of(
             f"fair share 3:1 + a waking idle tenant, 4 daemons, 2 worker-servers, "

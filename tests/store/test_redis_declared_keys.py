@@ -69,7 +69,9 @@ def _code(text: str) -> str:
 
 
 def _header(text: str) -> str:
-    """A script's --[[ ... ]] header, or an include's leading comment lines."""
+    """A script's --[[ ... ]] header (after a shebang), or an include's leading comment lines."""
+    if text.startswith("#!"):
+        text = text.split("\n", 1)[1]
     if text.startswith("--[["):
         return text.split("]]", 1)[0]
     lines = []
@@ -106,7 +108,7 @@ def test_no_lua_builds_a_key_by_concatenation(path: Path) -> None:
 def test_every_keys_index_used_is_listed_in_the_header(path: Path) -> None:
     text = path.read_text()
     header = _header(text)
-    body = text[len(header) :]
+    body = text[text.index(header) + len(header) :]
     ranges = _listed(header)
     unlisted = [
         int(index)

@@ -29,14 +29,14 @@
 -- "q <model>" a ready queue shrank (queue positions moved) and "j <id>" the
 -- job's snapshot changed.
 --
--- Out of memory: Redis 7 runs scripts without a shebang in compatibility
--- mode, where OOM is checked only at the first DENYOOM command (HSET, ZADD,
--- XADD, INCR...) issued before the script wrote anything. `oom_guard`
--- issues a write that never grows memory (HDEL of an absent field), after
--- which the transitions that must survive OOM (heartbeat, set_result,
--- cancel, claim, recovery) run to completion; submit deliberately starts its
--- writes with next_seq's SET, so under OOM it is refused before changing
--- anything.
+-- Out of memory: the transitions that must run to completion under OOM
+-- (heartbeat, set_result, report_and_claim, cancel, release) start with
+-- `#!lua flags=allow-oom`. The others run without a shebang, in Redis 7's
+-- compatibility mode, where OOM is checked only at the first DENYOOM
+-- command (HSET, ZADD, XADD, INCR...) issued before the script wrote
+-- anything: a claim starts its writes with ZPOPMIN and recovery with ZREM,
+-- so they run on; submit deliberately starts with next_score's SET or
+-- HSET, so under OOM it is refused before changing anything.
 
 --- @include "publish"
 local READY_CHANNEL = ARGV[1]
@@ -116,10 +116,6 @@ end
 -- (an admin's Cancel or RetryJob: "admin:ops"); set by the script, written
 -- into each event it emits as "actor" (absent when empty).
 local ACTOR = ''
-
-local function oom_guard(key)
-  redis.call('HDEL', key, 'oom-guard')
-end
 
 local NOTIFIED = {}
 local function notify(kind, what)
@@ -303,11 +299,18 @@ end
 -- counters, record the event, set the TTLs, do the group bookkeeping.
 -- `extra`: more field/value pairs for the record, written in the same HSET
 -- (an attempt's outcome, its result's content type...); `result_set` as
--- expire_job's.
-finish = function(id, status, error_code, error_message, extra, result_set)
+-- expire_job's. A caller that read the record with plan_read (and wrote
+-- nothing to it since) passes that read as `known` and spares this one.
+finish = function(id, status, error_code, error_message, extra, result_set, known)
   local key = jk(id)
-  local f = redis.call('HMGET', key, 'status', 'kind', 'model', 'priority', 'tenant',
-    'parent_id', 'pool', 'attempts', 'worker_id', 'idem_ref', 'create_time')
+  local f
+  if known then
+    f = {known.status, known.kind, known.model, known.priority, known.tenant, known.parent_id,
+      known.pool, known.attempts, known.worker_id, known.idem_ref, known.create_time}
+  else
+    f = redis.call('HMGET', key, 'status', 'kind', 'model', 'priority', 'tenant',
+      'parent_id', 'pool', 'attempts', 'worker_id', 'idem_ref', 'create_time')
+  end
   local from, kind, model, tenant, parent_id = f[1], f[2], f[3], f[5], f[6]
   if not from or TERMINAL[from] then
     return

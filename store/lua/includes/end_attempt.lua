@@ -44,7 +44,6 @@ end
 local function end_attempt(id, j, op, outcome, status, result, content_type, error_code,
                            error_message, retryable, backoff_base, backoff_cap)
   local key = jk(id)
-  oom_guard(key)
   local ended = {'outcome', outcome, 'op', op}
   if status == ST.COMPLETED then
     local single = j.kind == KIND.SINGLE
@@ -59,11 +58,11 @@ local function end_attempt(id, j, op, outcome, status, result, content_type, err
     ended[#ended + 1] = content_type
     ended[#ended + 1] = 'progress'
     ended[#ended + 1] = '1'
-    finish(id, ST.COMPLETED, '', '', ended, not single and result ~= '')
+    finish(id, ST.COMPLETED, '', '', ended, not single and result ~= '', j)
   elseif retryable then
     retry_or_exhaust(id, error_code, error_message,
       backoff_ms(tonumber(j.attempts), backoff_base, backoff_cap), ended)
   else
-    finish(id, ST.FAILED, error_code, error_message, ended, false)
+    finish(id, ST.FAILED, error_code, error_message, ended, false, j)
   end
 end

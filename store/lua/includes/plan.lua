@@ -14,13 +14,15 @@ local function plan_read(id)
     return nil
   end
   local f = redis.call('HMGET', jk(id), 'status', 'kind', 'model', 'parent_id', 'idem_ref',
-    'child_models', 'pool', 'lease_id', 'outcome', 'cancel_requested', 'attempts', 'op')
+    'child_models', 'pool', 'lease_id', 'outcome', 'cancel_requested', 'attempts', 'op',
+    'priority', 'tenant', 'worker_id', 'create_time')
   if not f[1] then
     return nil
   end
   return {status = f[1], kind = f[2], model = f[3] or '', parent_id = f[4] or '',
     idem_ref = f[5] or '', child_models = f[6], pool = f[7] or '', lease_id = f[8],
-    outcome = f[9], cancel_requested = f[10], attempts = f[11], op = f[12]}
+    outcome = f[9], cancel_requested = f[10], attempts = f[11], op = f[12],
+    priority = f[13], tenant = f[14], worker_id = f[15] or '', create_time = f[16]}
 end
 
 -- The queues a job of (model, pool) waits in, and its model's fair-share

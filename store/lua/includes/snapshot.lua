@@ -43,7 +43,9 @@ end
 
 -- {record (flat HGETALL), position or -1, result bytes, children (flat:
 -- id, child_index, status, error_code, ...)}; nil when the record is gone.
-local function snapshot(id)
+-- A caller that knows the stored result (it reported it) passes `result`
+-- and spares the read.
+local function snapshot(id, result)
   local key = jk(id)
   local rec = redis.call('HGETALL', key)
   if #rec == 0 then
@@ -57,8 +59,9 @@ local function snapshot(id)
   if h['status'] == ST.QUEUED and h['kind'] ~= KIND.GROUP then
     position = queue_position(id, h['model'], h['priority'], h['seq'], h['pool'])
   end
-  local result = ''
-  if h['status'] == ST.COMPLETED then  -- only a completed job may have a result
+  if h['status'] ~= ST.COMPLETED then  -- only a completed job may have a result
+    result = ''
+  elseif result == nil then
     result = redis.call('GET', result_key(id)) or ''
   end
   local kids = {}

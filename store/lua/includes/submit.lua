@@ -108,6 +108,11 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
   return key
 end
 
+-- What emit() would read of a record submit_new_record just wrote.
+local function new_event_fields(item, job, kind, parent_id)
+  return {parent_id, item.tenant, job['model'], item.spec['priority'], 0, '', '', kind, NOW}
+end
+
 -- Create the item's job (or group with its children) after submit_check
 -- admitted it; returns its id.
 local function submit_create(item)
@@ -142,14 +147,14 @@ local function submit_create(item)
     end
     redis.call('HSET', pkey, 'max_parallel', spec['max_parallel'], 'total', n, 'done', 0,
       'completed', 0, 'active', 0, 'child_models', cjson.encode(models))
-    emit(root, nil, ST.QUEUED)
+    emit(root, nil, ST.QUEUED, new_event_fields(item, spec, KIND.GROUP, ''))
     for i, child in ipairs(jobs) do
       -- a child takes its score (next_score) when it is released (to_queued)
       submit_new_record(item, child, 0, KIND.CHILD, ST.HELD, root, i - 1,
         ARGV[item.payload_at + i - 1])
       redis.call('RPUSH', children_key(root), child['id'])
       redis.call('ZADD', held_key(root), i - 1, child['id'])
-      emit(child['id'], nil, ST.HELD)
+      emit(child['id'], nil, ST.HELD, new_event_fields(item, child, KIND.CHILD, root))
     end
     release_held(root)
   else
@@ -161,7 +166,7 @@ local function submit_create(item)
     end
     local class = queue_class(job['model'], job['pool'])
     redis.call('ZADD', queue_key(class, spec['priority']), seq, root)
-    emit(root, nil, ST.QUEUED)
+    emit(root, nil, ST.QUEUED, new_event_fields(item, job, KIND.SINGLE, ''))
     notify('r', class .. ' ' .. root)
   end
   -- no "j" for a job just made: nobody can be watching it yet, and the
