@@ -20,17 +20,43 @@ local HINT_MAX = 64
 -- (nothing a claim does queues a job).
 local EMPTY = {}
 
+-- What this script read of each ready queue's head, HEADS[key] = {ids,
+-- scores, first (the next unclaimed), complete (the read reached the
+-- queue's end)}. While a claim runs only its own pops change a queue, so
+-- one ZRANGE serves the claim's heads and the next claim's hints.
+local HEADS = {}
+-- How many ids a first read takes: what this claim may pop and the hints
+-- after it (claim_jobs sets it from max_jobs).
+local HEAD_READ = HINT_HEADS
+
+local function read_heads(key, n)
+  local flat = redis.call('ZRANGE', key, 0, n - 1, 'WITHSCORES')
+  local heads = {ids = {}, scores = {}, first = 1, complete = #flat < 2 * n}
+  for i = 1, #flat, 2 do
+    heads.ids[#heads.ids + 1] = flat[i]
+    heads.scores[#heads.scores + 1] = tonumber(flat[i + 1])
+  end
+  HEADS[key] = heads
+  if #flat == 0 then
+    EMPTY[key] = true
+  end
+  return heads
+end
+
 -- The head (id, score) of a ready queue, or nil when it is empty.
 local function head_of(key)
   if EMPTY[key] then
     return nil
   end
-  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if not head[1] then
+  local heads = HEADS[key]
+  if not heads or (heads.first > #heads.ids and not heads.complete) then
+    heads = read_heads(key, HEAD_READ)
+  end
+  if heads.first > #heads.ids then
     EMPTY[key] = true
     return nil
   end
-  return head[1], tonumber(head[2])
+  return heads.ids[heads.first], heads.scores[heads.first]
 end
 
 -- Every ready queue of `models`, priority-major.
@@ -48,9 +74,14 @@ end
 local function peek_heads(models, n)
   local ids = {}
   for _, key in ipairs(claim_queues(models)) do
-    if not EMPTY[key] then
-      for _, id in ipairs(redis.call('ZRANGE', key, 0, n - 1)) do
-        ids[#ids + 1] = id
+    local heads = HEADS[key]
+    if not EMPTY[key] and (not heads or (not heads.complete and #heads.ids - heads.first + 1 < n))
+    then
+      heads = read_heads(key, n)
+    end
+    if heads then
+      for i = heads.first, math.min(#heads.ids, heads.first + n - 1) do
+        ids[#ids + 1] = heads.ids[i]
       end
     end
   end
@@ -169,6 +200,7 @@ local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
   local claimed = {}
   local leases = {}
   local queues = claim_queues(models)
+  HEAD_READ = math.min(max_jobs + math.max(HINT_HEADS, max_jobs), 2 * HINT_MAX)
   if redis.call('EXISTS', unpack(queues)) == 0 then
     for _, key in ipairs(queues) do
       EMPTY[key] = true
@@ -200,6 +232,7 @@ local function claim_jobs(models, max_jobs, worker_id, lease_ms, lease_at, peek)
         return claimed, leases, NEED_IDS
       end
       local id = redis.call('ZPOPMIN', best_key)[1]
+      HEADS[best_key].first = HEADS[best_key].first + 1  -- the head just read
       local job = claim_one(id, f, ARGV[lease_at + #claimed], worker_id, lease_ms, best_score, p)
       if job then
         claimed[#claimed + 1] = job
