@@ -35,7 +35,7 @@ import dataclasses
 import heapq
 import itertools
 import random
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -72,14 +72,16 @@ from store.model import (
 )
 from store.policy import class_parts, position_settle
 from store.redis.connection import Connection, text, translated
+from store.redis.events import MergedEvents
 from store.redis.fleet import RedisFleet
 from store.redis.hints import Hints
 from store.redis.ids import PartitionIds, new_ulid, partition_of
 from store.redis.listing import list_pages
-from store.redis.notify import ANY_MESSAGE, Listener
+from store.redis.notify import Listener
 from store.redis.occupancy import Occupancy
-from store.redis.others import OtherPartitions, View, up_to
+from store.redis.others import OtherPartitions, View, position_elsewhere
 from store.redis.partition import Partition
+from store.redis.recovery import recover
 from store.redis.scripts import ArgValue
 
 T = TypeVar("T")
@@ -89,10 +91,6 @@ SAFETY_RECHECK = 5.0
 # A claim whose plan met only jobs other workers took first plans again, at
 # most this many times before it waits for a notification.
 PLAN_ROUNDS = 8
-# Separates the partitions' stream positions in an event cursor.
-CURSOR_SEPARATOR = ","
-#: How often a blocking events read re-reads on a store that does not hear changes.
-UNHEARD_EVENTS_POLL = 0.5
 
 _RANK = {priority: rank for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER)}
 
@@ -130,12 +128,6 @@ def _scored(reply: Sequence[Any]) -> list[tuple[bytes, float]]:
     if reply and isinstance(reply[0], (list, tuple)):
         return [(bytes(member), float(score)) for member, score in reply]
     return [(bytes(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
-
-
-def _count_bound(score: str, other: int, index: int) -> str:
-    """ZCOUNT's max bound in partition `other` for a job of partition `index`:
-    on an equal score the lower partition index is claimed first."""
-    return score if other < index else "(" + score
 
 
 class RedisEngine:
@@ -180,7 +172,7 @@ class RedisEngine:
         self._others = OtherPartitions(self.connection, self.parts, self._hints)
         self.fleet = RedisFleet(self.connection, self.parts, settings)
         self._pending: set[asyncio.Future[None]] = set()  # releases of abandoned claims
-        self._event_waits = 0
+        self._events = MergedEvents(self.connection, self.parts, self.listen, recheck)
         self.waiter_reads = self.connection.waiter_reads
 
     def _report(self, operation: str) -> None:
@@ -335,7 +327,7 @@ class RedisEngine:
         job, score = await self.parts[index].get(tenant, job_id, operation)
         if len(self.parts) == 1 or job.queue_position is None:
             return job
-        ahead = await self._position_elsewhere(index, job, score)
+        ahead = await position_elsewhere(self.connection, self.parts, index, job, score)
         return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
     async def read_for_watch(self, tenant: str | None, job_id: str) -> Job:
@@ -356,32 +348,6 @@ class RedisEngine:
         part = None if parent is None else partition_of(str(parent), len(self.parts))
         listers = [p.lister for p in self.parts]
         return await list_pages(listers, tenant, query, after, page_size, part)
-
-    async def _position_elsewhere(self, index: int, job: Job, score: str) -> int:
-        """Jobs the other partitions queue ahead of `job` (its partition counted it already).
-
-        Ahead, in claim order: every ready job of a higher priority, and of its
-        own priority those of a lower queue score than `score` (the job's),
-        or an equal one in a lower partition. One position_elsewhere.lua (a
-        ZCOUNT and ZCARDs) per other partition, in one pipeline;
-        O(partitions x log N).
-        """
-        pools = (job.pool, "") if job.pool else ("",)  # its workers take both, in one order
-        calls: list[tuple[list[str], list[ArgValue]]] = [
-            (
-                [part.keys.queue(job.model, job.priority, pool) for pool in pools]
-                + [
-                    part.keys.queue(job.model, p, pool)
-                    for p in up_to(job.priority)[:-1]
-                    for pool in pools
-                ],
-                [_count_bound(score, other, index), len(pools)],
-            )
-            for other, part in enumerate(self.parts)
-            if other != index
-        ]
-        replies = await self.connection.run_pipelined("get", "position_elsewhere", calls)
-        return sum(int(reply) for reply in replies)
 
     # Claim ---------------------------------------------------------------------
     async def claim_now(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
@@ -601,7 +567,7 @@ class RedisEngine:
         events: list[JobEvent] = []
         for index, part in enumerate(self.parts):
             # one after another: recovery's own pool has two connections
-            found = await part.recover()
+            found = await recover(part)
             if found:
                 self._occupancy.maybe(index)
             events += found
@@ -611,103 +577,34 @@ class RedisEngine:
         # one leader per deployment (it recovers every partition): partition 0's key
         return await self.owner.acquire_leadership(holder, ttl)
 
-    # Events ----------------------------------------------------------------------
-    def _cursor(self, after: str) -> list[str]:
-        """One stream position per partition; a plain stream id applies to every one."""
-        positions = after.split(CURSOR_SEPARATOR)
-        if len(positions) == 1:
-            return positions * len(self.parts)
-        if len(positions) != len(self.parts):
-            raise InvalidRequest(
-                "after", f"an event cursor of {len(self.parts)} partitions, got {after!r}"
-            )
-        return positions
-
+    # Events (store/redis/events.py merges several partitions' streams) -----------
     async def events(
         self, after: str = "0", count: int = 100, block: timedelta | None = None
     ) -> list[JobEvent]:
-        """The partitions' streams merged in stream-id (time) order.
-
-        On several partitions each event's id is the cursor after it (every
-        partition's position), so reading on from it misses and repeats
-        nothing, even when a partition appends an event older than ones
-        already read.
-        """
         if len(self.parts) == 1:
-            return await self.owner.events(after, count, block)
-        cursor = self._cursor(after)
-        if block is None:
-            return await self._read_events(cursor, count)
-        if not self.connection.notifier.hears(ANY_MESSAGE):
-            return await self._poll_events(cursor, count, block)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + block.total_seconds()
-        with self.listen([ANY_MESSAGE]) as listener:
-            while True:
-                listener.clear()  # before the read: an event after it wakes us
-                page = await self._read_events(cursor, count)
-                remaining = deadline - loop.time()
-                if page or remaining <= 0 or self.closed:
-                    return page
-                self._event_waits += 1
-                try:
-                    # the re-check also bounds an event whose script published nothing
-                    await listener.wait(min(remaining, recheck()))
-                finally:
-                    self._event_waits -= 1
-
-    async def _poll_events(self, cursor: list[str], count: int, block: timedelta) -> list[JobEvent]:
-        """events(block=...) on a store that does not hear the changes channel.
-
-        Nothing would wake a listener, so the read is made again every
-        UNHEARD_EVENTS_POLL until the block ends: the worker-server's audit
-        log (it may lead recovery) reads this way, with its own 0.5 s block.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + block.total_seconds()
-        while True:
-            page = await self._read_events(cursor, count)
-            remaining = deadline - loop.time()
-            if page or remaining <= 0 or self.closed:
-                return page
-            await asyncio.sleep(min(remaining, UNHEARD_EVENTS_POLL))
+            return await self.owner.reads.events(after, count, block)
+        return await self._events.events(after, count, block)
 
     def waiting_event_reads(self) -> int:
         """Blocking events reads waiting for a notification (tests, debugging)."""
-        return self._event_waits
-
-    async def _read_events(self, cursor: list[str], count: int) -> list[JobEvent]:
-        pages = await asyncio.gather(
-            *(
-                part.events(after=at, count=count)
-                for part, at in zip(self.parts, cursor, strict=True)
-            )
-        )
-        merged = heapq.merge(*(_in_stream_order(index, page) for index, page in enumerate(pages)))
-        positions = list(cursor)
-        events: list[JobEvent] = []
-        for _, index, event in itertools.islice(merged, count):
-            positions[index] = event.id
-            events.append(dataclasses.replace(event, id=CURSOR_SEPARATOR.join(positions)))
-        return events
+        return self._events.waiting
 
     async def newest_event_id(self) -> str:
-        newest = await asyncio.gather(*(part.newest_event_id() for part in self.parts))
-        if len(newest) == 1 or all(position == "0" for position in newest):
-            return newest[0] if len(newest) == 1 else "0"
-        return CURSOR_SEPARATOR.join(newest)
+        if len(self.parts) == 1:
+            return await self.owner.reads.newest_event_id()
+        return await self._events.newest_event_id()
 
     # Gauges ----------------------------------------------------------------------
     async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
         totals: dict[tuple[str, Priority, str], int] = {}
-        for counts in await asyncio.gather(*(part.ready_counts() for part in self.parts)):
+        for counts in await asyncio.gather(*(part.reads.ready_counts() for part in self.parts)):
             for queue, size in counts.items():
                 totals[queue] = totals.get(queue, 0) + size
         return totals
 
     async def in_flight(self) -> dict[str, int]:
         totals: dict[str, int] = {}
-        for counts in await asyncio.gather(*(part.in_flight() for part in self.parts)):
+        for counts in await asyncio.gather(*(part.reads.in_flight() for part in self.parts)):
             for model, count in counts.items():
                 totals[model] = totals.get(model, 0) + count
         return totals
@@ -719,24 +616,12 @@ class RedisEngine:
     async def list_workers(self) -> list[WorkerInfo]:
         return await self.fleet.workers()
 
-    async def queue_stats(self) -> list[QueueStats]:  # pools: the lead replaces this body
+    async def queue_stats(self) -> list[QueueStats]:
         return await self.fleet.queue_stats()
 
-    async def demand(self, model: str, pool: str | None) -> int:  # pools: the lead replaces it
+    async def demand(self, model: str, pool: str | None) -> int:
         return await self.fleet.demand(model, pool)
 
 
 def _id_source(ids: PartitionIds, index: int) -> Callable[[], str]:
     return lambda: ids.new(index)
-
-
-def _in_stream_order(
-    index: int, page: list[JobEvent]
-) -> Iterator[tuple[tuple[int, int], int, JobEvent]]:
-    for event in page:
-        yield _stream_order(event.id), index, event
-
-
-def _stream_order(stream_id: str) -> tuple[int, int]:
-    millis, _, sequence = stream_id.partition("-")
-    return int(millis), int(sequence or 0)

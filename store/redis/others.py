@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from store.model import PRIORITIES_IN_CLAIM_ORDER, GroupSpec, Priority, SubmitRequest
+from store.model import PRIORITIES_IN_CLAIM_ORDER, GroupSpec, Job, Priority, SubmitRequest
 from store.redis.connection import Connection
 from store.redis.hints import Hints
 from store.redis.partition import Partition
@@ -146,3 +146,38 @@ class OtherPartitions:
             if other != index:
                 for request in requests:
                     view.admit(request)
+
+
+async def position_elsewhere(
+    connection: Connection, parts: Sequence[Partition], index: int, job: Job, score: str
+) -> int:
+    """Jobs the other partitions queue ahead of `job` (its partition counted it already).
+
+    Ahead, in claim order: every ready job of a higher priority, and of its
+    own priority those of a lower queue score than `score` (the job's),
+    or an equal one in a lower partition. One position_elsewhere.lua (a
+    ZCOUNT and ZCARDs) per other partition, in one pipeline;
+    O(partitions x log N).
+    """
+    pools = (job.pool, "") if job.pool else ("",)  # its workers take both, in one order
+    calls: list[tuple[list[str], list[ArgValue]]] = [
+        (
+            [part.keys.queue(job.model, job.priority, pool) for pool in pools]
+            + [
+                part.keys.queue(job.model, p, pool)
+                for p in up_to(job.priority)[:-1]
+                for pool in pools
+            ],
+            [_count_bound(score, other, index), len(pools)],
+        )
+        for other, part in enumerate(parts)
+        if other != index
+    ]
+    replies = await connection.run_pipelined("get", "position_elsewhere", calls)
+    return sum(int(reply) for reply in replies)
+
+
+def _count_bound(score: str, other: int, index: int) -> str:
+    """ZCOUNT's max bound in partition `other` for a job of partition `index`:
+    on an equal score the lower partition index is claimed first."""
+    return score if other < index else "(" + score

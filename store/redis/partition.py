@@ -21,24 +21,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
 from store import fields, tokens
 from store.codes import error_for
-from store.errors import FailureHook, InvalidRequest, StoreError, StoreUnavailable, reporting
+from store.errors import FailureHook, StoreError, StoreUnavailable, reporting
 from store.fields import copied, ms_to_datetime, to_ms
 from store.keys import Declared, Keys
 from store.model import (
-    PRIORITIES_IN_CLAIM_ORDER,
     CancelResult,
     ClaimedJob,
     GroupSpec,
     HeartbeatResult,
     Job,
-    JobEvent,
     JobKind,
     JobSpec,
     JobStatus,
@@ -51,25 +48,21 @@ from store.model import (
     SubmitRequest,
     SubmitResult,
 )
-from store.policy import child_key, class_parts, limits, queue_class
+from store.policy import child_key, limits, queue_class
 from store.redis.calls import DECLARE_ROUNDS, ScriptCall, declare_needed, keys_needed, texts
 from store.redis.codec import (
     claimed_from_reply,
-    event_from_emitted,
-    event_from_fields,
     job_from_snapshot,
     queue_score,
-    record,
 )
-from store.redis.connection import SOCKET_TIMEOUT, Connection, text, translated
+from store.redis.connection import Connection, text, translated
 from store.redis.hints import Hints
 from store.redis.listing import PartitionLister
+from store.redis.reads import PartitionReads
 from store.redis.scripts import ArgValue
 
 log = logging.getLogger("store.redis")
 
-# Due items handled per recovery script call.
-RECOVER_BATCH = 100
 # A claim whose caller is gone is undone in the background; these bound it.
 RELEASE_ATTEMPTS = 5
 RELEASE_RETRY_DELAY = 0.2
@@ -82,8 +75,6 @@ RELEASE_GRACE = 2.0
 CLAIM_PEEK = 4
 CLAIM_PEEK_GROWTH = 4
 CLAIM_PEEK_MAX = 64
-
-_STREAM_ID = re.compile(r"\d+(-\d+)?")
 
 #: (max_live_per_tenant, max_live_total) as one partition applies them.
 Caps = tuple[int, int]
@@ -117,6 +108,8 @@ class Partition:
         self._background: set[asyncio.Task[None]] = set()
         #: ListJobs' reads of this partition's indexes (and their drain)
         self.lister = PartitionLister(connection, keys)
+        #: reads outside the scripts: the audit stream, the gauges' counts
+        self.reads = PartitionReads(connection, keys)
 
     # Calls ---------------------------------------------------------------------
     def _common_args(self) -> list[ArgValue]:
@@ -463,14 +456,14 @@ class Partition:
         _check_code(reply, job_id)
         return HeartbeatResult(ms_to_datetime(reply[1]), bool(reply[2]), text(reply[3]))
 
-    def _backoff(self) -> list[ArgValue]:
+    def backoff(self) -> list[ArgValue]:
         s = self.settings
         return [to_ms(s.retry_backoff_base), to_ms(s.retry_backoff_max)]
 
     async def record_result(
         self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
-        args: list[ArgValue] = [job_id, lease_id, *_report_args(report), *self._backoff()]
+        args: list[ArgValue] = [job_id, lease_id, *_report_args(report), *self.backoff()]
         call = ScriptCall("set_result", args, self._hints.hinted(job_id), trailing=[self._op_key()])
         reply = await self.call(call)
         _check_code(reply, job_id)
@@ -494,7 +487,7 @@ class Partition:
             max_jobs,
             len(models),
             len(results),
-            *self._backoff(),
+            *self.backoff(),
         ]
         for job_id, lease_id, report in results:
             args += [job_id, lease_id, *_report_args(report)]
@@ -541,46 +534,6 @@ class Partition:
             raise error_for(reply[0], job_id, why=text(reply[1]) if len(reply) > 1 else "")
         return self._job(reply[1])
 
-    # Recovery ------------------------------------------------------------------
-    async def recover(self) -> list[JobEvent]:
-        events: list[JobEvent] = []
-        for name, extra in (
-            ("recover_run_timeouts", self._backoff()),
-            ("recover_leases", []),
-            ("recover_retries", []),
-            ("recover_queue_timeouts", []),
-        ):
-            events += await self._recover_all(name, extra)
-        await self.lister.drain(self.connection.control)
-        return events
-
-    async def _recover_all(self, name: str, extra: Sequence[ArgValue]) -> list[JobEvent]:
-        """Run one recovery script until nothing is due, in batches of RECOVER_BATCH.
-
-        A batch stops before a due id it did not declare (includes/recover.lua);
-        the next call declares what it asked for. DECLARE_ROUNDS calls in a
-        row that handle nothing fail the call.
-        """
-        events: list[JobEvent] = []
-        call = ScriptCall(
-            name, [RECOVER_BATCH, *extra], operation="recover", client=self.connection.control
-        )
-        stalls = 0
-        while True:
-            handled, emitted, needed = await self.call_once(call)
-            events.extend(event_from_emitted(entry) for entry in emitted)
-            if any(needed):
-                stalls = 0 if handled else stalls + 1
-                if stalls >= DECLARE_ROUNDS:
-                    raise StoreError(
-                        f"{name}.lua still met undeclared keys after {DECLARE_ROUNDS} calls"
-                    )
-                declare_needed(name, call.declared, needed)
-            elif handled < RECOVER_BATCH:
-                return events
-            else:
-                call.declared = Declared()
-
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
         reply = await self.connection.run(
             "acquire_leadership",
@@ -590,68 +543,6 @@ class Partition:
             client=self.connection.control,
         )
         return bool(reply)
-
-    # Events and gauges -----------------------------------------------------------
-    async def events(
-        self, after: str = "0", count: int = 100, block: timedelta | None = None
-    ) -> list[JobEvent]:
-        if not _STREAM_ID.fullmatch(after):
-            raise InvalidRequest("after", f"not an event id: {after!r}")
-        connection = self.connection
-        streams: dict[Any, Any] = {self.keys.events: after}
-        connection.check_open()
-        with translated("events"):
-            if block is None:
-                reply: Any = await connection.rpc.xread(streams, count=count)
-            else:
-                block_ms = max(to_ms(block), 1)
-                reply = await asyncio.wait_for(
-                    connection.blocking.xread(streams, count=count, block=block_ms),
-                    block.total_seconds() + SOCKET_TIMEOUT,
-                )
-        if not reply:
-            return []
-        _, entries = reply[0]
-        return [
-            event_from_fields(entry_id.decode(), {k.decode(): v for k, v in fields.items()})
-            for entry_id, fields in entries
-        ]
-
-    async def newest_event_id(self) -> str:
-        self.connection.check_open()
-        with translated("newest_event_id"):
-            newest: Any = await self.connection.rpc.xrevrange(self.keys.events, count=1)
-        return text(newest[0][0]) if newest else "0"
-
-    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
-        """Ready jobs per (model, priority, pool)."""
-        client = self.connection.rpc
-        self.connection.check_open()
-        with translated("ready_counts"):
-            members: Any = await client.smembers(self.keys.models)
-            classes = sorted(class_parts(m.decode()) for m in members)
-            queues = [(c, p) for c in classes for p in PRIORITIES_IN_CLAIM_ORDER]
-            async with client.pipeline(transaction=False) as pipe:
-                for (model, pool), priority in queues:
-                    pipe.zcard(self.keys.queue(model, priority, pool))
-                sizes = await pipe.execute()
-        return {
-            (model, priority, pool): int(size)
-            for ((model, pool), priority), size in zip(queues, sizes, strict=True)
-        }
-
-    async def in_flight(self) -> dict[str, int]:
-        client = self.connection.rpc
-        self.connection.check_open()
-        with translated("in_flight"):
-            models: Any = await client.smembers(self.keys.models)
-            counts: Any = await client.hgetall(self.keys.in_flight)
-        flat = record([item for pair in counts.items() for item in pair])
-        result = {class_parts(m.decode())[0]: 0 for m in models}
-        for job_class, count in flat.items():  # per queue class: summed per model
-            model = class_parts(job_class)[0]
-            result[model] = result.get(model, 0) + int(count)
-        return result
 
     async def drain(self) -> None:
         """Wait (up to RELEASE_GRACE) for the releases of abandoned claims."""

@@ -248,14 +248,14 @@ async def test_a_partitioned_blocking_events_read_without_changes_still_returns_
     try:
         after = await worker_side.newest_event_id()
         reads = 0
-        read_events = worker_side.engine._read_events
+        read_events = worker_side.engine._events._read
 
         async def counted(cursor: list[str], count: int) -> Any:
             nonlocal reads
             reads += 1
             return await read_events(cursor, count)
 
-        worker_side.engine._read_events = counted  # type: ignore[method-assign]
+        worker_side.engine._events._read = counted  # type: ignore[method-assign]
         read = asyncio.create_task(worker_side.events(after=after, block=timedelta(seconds=60)))
 
         async def found_nothing_yet() -> bool:
