@@ -47,6 +47,8 @@ def populate(gateway: ServeGateway) -> dict[str, str]:
     gateway.create("globex", "embed", status=S.JOB_STATUS_FAILED, error_code="RUN_TIMEOUT",
                    error_message="no answer in 600 s", priority=S.PRIORITY_INTERACTIVE,
                    pool="onprem", worker_id="onprem-01")  # fmt: skip
+    gateway.create("globex", "embed", labels={"customer": "globex"},
+                   priority=S.PRIORITY_INTERACTIVE, pool="onprem")  # fmt: skip
     group = gateway.create(
         "acme", "text-stats", children=4, max_parallel=2, labels={"batch": "nightly"}
     )
