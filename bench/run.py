@@ -16,7 +16,10 @@ bench.timing (the durations the tests measure, against the bounds no test
 asserts),
 bench.listing (ListJobs against the jobs held, its indexes' memory, the
 commands each transition gained; `--only list`), bench.redis_work (Redis
-commands and CPU per job, 1 partition against 12; `--only redis-work`).
+commands and CPU per job, 1 partition against 12; `--only redis-work`),
+bench.console (the web console's Jobs page with the list section's largest
+number of jobs held, and the StreamStatus calls of live job pages; `--only
+console`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 from bench import servers
 from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
+from bench.console import console_figures, console_lines
 from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
 from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.fairness import command_lines, fair_share_sittings, throughput_lines
@@ -327,6 +331,12 @@ def _list_section(plan: Plan, _: Sink) -> list[str]:
     return [*_list_lines(rows, plan.list_calls), *_commands_delta_lines(commit, before, after)]
 
 
+def _console_section(plan: Plan, _: Sink) -> list[str]:
+    pages, distinct = (20, 4) if plan is QUICK else (200, 20)
+    figures = console_figures(plan.list_depths[-1], plan.list_calls, pages, distinct)
+    return console_lines(figures)
+
+
 def _header(plan_name: str, label: str) -> list[str]:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     lines = [f"# jobgate benchmark, {datetime.now():%Y-%m-%d %H:%M} ({plan_name})", "",
@@ -404,6 +414,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "fair": _fair_section,
     "timing": _timing_section,
     "list": _list_section,
+    "console": _console_section,
 }
 
 

@@ -40,6 +40,13 @@ def kind_name(job: job_pb2.Job) -> str:
     return enum_name(job_pb2.JobKind, job.kind, "JOB_KIND_")
 
 
+def attempts(job: job_pb2.Job, between: str = "/") -> str:
+    """Attempts used of those allowed; "" for a group, which has none of its own (0 of 0)."""
+    if job.kind == job_pb2.JOB_KIND_GROUP:
+        return ""
+    return f"{job.attempts}{between}{job.max_attempts}"
+
+
 def priority_name(priority: int) -> str:
     return enum_name(job_pb2.Priority, priority, "PRIORITY_")
 
@@ -116,7 +123,7 @@ def job_fields(job: job_pb2.Job) -> list[Field]:
         Field("Queue position", position, "queue_position"),
         Field("Progress", percent(job.progress), "progress_text"),
         Field("Stage", job.stage, "stage"),
-        Field("Attempts", f"{job.attempts} of {job.max_attempts}", "attempts"),
+        Field("Attempts", attempts(job, " of "), "attempts"),
         Field("Worker", job.worker_id, "worker_id"),
         Field("Cancel requested", "yes" if job.cancel_requested else "no", "cancel_requested"),
         Field("Created", when(job.create_time)),

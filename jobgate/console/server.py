@@ -69,7 +69,10 @@ class ConsoleServer:
         """Bind and serve; returns the bound port. Raises OSError if it cannot bind."""
         listen = self.settings.listen
         family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each accepted socket (it
+        # checks the protocol): without it a response's head and body, written
+        # apart, wait out the client's delayed ACK (~40 ms a request).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((listen.host, listen.port))

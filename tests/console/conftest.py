@@ -1,11 +1,10 @@
 """Fixtures: a gateway with jobs in it, and the console in front of it.
 
-`gateway` is the one fixture to change to run these tests against a real
-`jobgate serve` instead of the in-memory FakeGateway: it must yield an
-object with `target`, the tokens of `fake_gateway.TOKENS` in its auth file,
-and the driver methods (`create`, `claim`, `report`, `finish`, `status`,
-`stream_calls`, `open_streams`), which a real one would do through
-Submit and a WorkerService client.
+`gateway` is, here, the in-memory FakeGateway (fast, and it counts its
+StreamStatus calls); the browser tests override it with a real `jobgate
+serve` (tests/console/browser/conftest.py, tests/console/serve_gateway.py).
+Both give a `target`, accept the tokens of `fake_gateway.TOKENS` and have the
+driver methods (`create`, `claim`, `report`, `finish`, `status`).
 
 `console` builds the app for Starlette's TestClient (in-process, one portal
 for the test); `live_console` serves it on a loopback port from a thread of
@@ -19,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from starlette.testclient import TestClient
@@ -34,6 +33,13 @@ from tests.console.fake_gateway import FakeGatewayThread
 #: A cheap scrypt cost: the format and the check are what the tests are about.
 TEST_COST = Cost(log2_n=4, r=8, p=1)
 PASSWORD = "correct horse battery staple"
+
+
+class Gateway(Protocol):
+    """What the console fixtures need of a gateway: where it listens."""
+
+    @property
+    def target(self) -> str: ...
 
 
 @pytest.fixture
@@ -53,7 +59,7 @@ def settings_for_target(
 
 
 def settings_for(
-    gateway: FakeGatewayThread, token: str | None = "admin-token", **overrides: Any
+    gateway: Gateway, token: str | None = "admin-token", **overrides: Any
 ) -> ConsoleSettings:
     return settings_for_target(gateway.target, token, **overrides)
 
@@ -64,7 +70,7 @@ def users(**passwords: str) -> Users:
     )
 
 
-def password_settings(gateway: FakeGatewayThread, **overrides: Any) -> ConsoleSettings:
+def password_settings(gateway: Gateway, **overrides: Any) -> ConsoleSettings:
     return settings_for(gateway, auth=AuthMode.PASSWORD, users=users(ada=PASSWORD), **overrides)
 
 
@@ -72,7 +78,7 @@ ConsoleFactory = Callable[..., TestClient]
 
 
 @pytest.fixture
-def console(gateway: FakeGatewayThread) -> Iterator[ConsoleFactory]:
+def console(gateway: Gateway) -> Iterator[ConsoleFactory]:
     """`console(**settings)` -> a TestClient of a console in front of `gateway`."""
     opened: list[TestClient] = []
 
@@ -121,7 +127,7 @@ LiveFactory = Callable[..., ConsoleThread]
 
 
 @pytest.fixture
-def live_console(gateway: FakeGatewayThread) -> Iterator[LiveFactory]:
+def live_console(gateway: Gateway) -> Iterator[LiveFactory]:
     """`live_console(**settings)` -> a served console in front of `gateway`."""
     started: list[ConsoleThread] = []
 

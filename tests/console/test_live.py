@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -180,3 +181,16 @@ def test_with_tls_the_console_serves_https_and_marks_cookies_secure(
     page = httpx2.get(f"{console.url}/jobs", verify=ssl.create_default_context(cafile=pki.ca))
     assert page.status_code == 200
     assert "Secure" in page.headers["set-cookie"]
+
+
+def test_the_console_listens_on_a_tcp_socket_so_asyncio_sets_nodelay(
+    live_console: LiveFactory,
+) -> None:
+    # asyncio sets TCP_NODELAY on an accepted socket only when the listening one
+    # names IPPROTO_TCP; without it a response's head and body, written apart,
+    # wait out the client's delayed ACK.
+    console = live_console()
+    servers = console.server._server.servers
+    assert servers and all(
+        sock.proto == socket.IPPROTO_TCP for server in servers for sock in server.sockets
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from html import unescape
 
+from jobgate.console import present
 from jobgate.v1 import job_pb2
 from tests.console.conftest import ConsoleFactory, settings_for
 from tests.console.fake_gateway import FakeGatewayThread
@@ -97,6 +98,13 @@ def test_a_group_page_lists_its_children(
     rows = re.findall(r'<tr data-child="([0-9A-Z]{26})">', text)
     assert rows == [child.id for child in group.children]
     assert "Children (3)" in text
+
+
+def test_a_group_shows_no_attempts_of_its_own() -> None:
+    group = job_pb2.Job(kind=job_pb2.JOB_KIND_GROUP)
+    single = job_pb2.Job(kind=job_pb2.JOB_KIND_SINGLE, attempts=1, max_attempts=3)
+    assert present.attempts(group) == "" and present.attempts(single) == "1/3"
+    assert present.attempts(single, " of ") == "1 of 3"
 
 
 def test_a_malformed_job_id_is_not_found_without_a_call(console: ConsoleFactory) -> None:

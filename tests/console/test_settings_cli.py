@@ -57,6 +57,13 @@ def test_a_non_loopback_listen_with_a_login_behind_a_tls_proxy_starts(users_file
     assert settings.listen.host == "::" and settings.secure_cookies
 
 
+def test_a_non_loopback_listen_with_a_login_and_tls_starts(users_file: str) -> None:
+    flags = ("--listen", "0.0.0.0:8443", "--console-auth", f"password:{users_file}",
+             "--tls-cert", "cert.pem", "--tls-key", "key.pem")  # fmt: skip
+    settings = from_args(parse(*flags), env={})
+    assert settings.listen.host == "0.0.0.0" and settings.secure_cookies
+
+
 def test_tls_cert_and_key_go_together() -> None:
     with pytest.raises(SettingsError, match="go together"):
         from_args(parse("--tls-cert", "cert.pem"), env={})

@@ -1,4 +1,6 @@
-"""Headless Chromium (Debian's package) driven by Playwright, against a served console.
+"""Headless Chromium (Debian's package) driven by Playwright, against a served console
+in front of a real `jobgate serve` that each test starts (`gateway` here overrides
+the in-memory one of tests/console/conftest.py: tests/console/serve_gateway.py).
 
 No browser is downloaded: Playwright launches /usr/bin/chromium (`.ci/run`
 installs the `chromium` package). Without it these tests skip, except under
@@ -21,6 +23,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
 
 from tests.console.conftest import LiveFactory
+from tests.console.serve_gateway import ServeGateway
 
 CHROMIUM = os.environ.get("JOBGATE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -38,6 +41,24 @@ VIEWPORT = {"width": 1360, "height": 860}
 
 def _required() -> bool:
     return bool(os.environ.get("CI") or os.environ.get("JOBGATE_REQUIRE_TOOLS"))
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[ServeGateway]:
+    """A real `jobgate serve` (embedded store, --auth-file), fresh for each test."""
+    served = ServeGateway(tmp_path).start()
+    yield served
+    served.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
+    """A failed test's report carries its serve's log."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    served = getattr(item, "funcargs", {}).get("gateway")
+    if report.failed and isinstance(served, ServeGateway):
+        report.sections.append(("jobgate serve log", served.server.log_tail()))
 
 
 # Module scope: the sync API keeps an event loop running in this thread while it

@@ -1,8 +1,9 @@
 """The console in a real browser: what an operator sees and does.
 
-Each test drives headless Chromium against a served console in front of the
-`gateway` fixture (see tests/console/conftest.py for switching it to a real
-`jobgate serve`). The screenshots in docs/console/ come from these tests.
+Each test drives headless Chromium against a served console in front of a
+real `jobgate serve` the test starts (the `gateway` fixture of
+tests/console/browser/conftest.py), moving jobs as clients and workers do.
+The screenshots in docs/console/ come from these tests.
 """
 
 from __future__ import annotations
@@ -15,48 +16,46 @@ from playwright.sync_api import Dialog, Page, expect
 from jobgate.console.settings import AuthMode
 from jobgate.v1 import job_pb2
 from tests.console.conftest import LiveFactory, settings_for
-from tests.console.fake_gateway import FakeGatewayThread
+from tests.console.serve_gateway import ServeGateway
 
 S = job_pb2
 
 
-def populate(gateway: FakeGatewayThread) -> dict[str, str]:
-    """A day's worth of jobs of every kind and status, two tenants, a few workers."""
+def populate(gateway: ServeGateway) -> dict[str, str]:
+    """A day's worth of jobs of every kind and status, two tenants, a few workers.
+
+    In an order where each job a worker claims is the next of its model
+    (a real claim takes the next one, not a named one).
+    """
     made: dict[str, str] = {}
-    for index in range(4):
-        gateway.create("acme", "text-stats", labels={"team": "nlp", "run": f"r{index}"})
     done = gateway.create("acme", "summarize", labels={"team": "nlp"}).id
     gateway.claim(done, "gpu-a-01")
-    gateway.finish(done, result=b'{"words": 1204}')
-    failed = gateway.create("acme", "summarize", labels={"team": "nlp"}).id
-    gateway.claim(failed, "gpu-a-02")
-    gateway.finish(
-        failed, S.JOB_STATUS_FAILED, error_code="HANDLER_ERROR", error_message="CUDA out of memory"
-    )
-    made["failed"] = failed
-    gateway.create(
-        "globex",
-        "embed",
-        priority=S.PRIORITY_INTERACTIVE,
-        pool="onprem",
-        labels={"customer": "globex"},
-        status=S.JOB_STATUS_PARTIAL,
-    )
-    gateway.create(
-        "globex",
-        "embed",
-        priority=S.PRIORITY_INTERACTIVE,
-        pool="onprem",
+    gateway.finish(done, result=b'{"words": 1204}', content_type="application/json")
+    made["failed"] = gateway.create(
+        "acme",
+        "summarize",
+        labels={"team": "nlp"},
         status=S.JOB_STATUS_FAILED,
-        error_code="RUN_TIMEOUT",
-    )
+        error_code="HANDLER_ERROR",
+        error_message="CUDA out of memory",
+        worker_id="gpu-a-02",
+    ).id
+    gateway.create("globex", "embed", labels={"customer": "globex"}, children=3,
+                   status=S.JOB_STATUS_PARTIAL, error_code="SHARD_MISSING",
+                   priority=S.PRIORITY_INTERACTIVE, pool="onprem",
+                   worker_id="onprem-01")  # fmt: skip
+    gateway.create("globex", "embed", status=S.JOB_STATUS_FAILED, error_code="RUN_TIMEOUT",
+                   error_message="no answer in 600 s", priority=S.PRIORITY_INTERACTIVE,
+                   pool="onprem", worker_id="onprem-01")  # fmt: skip
+    gateway.create("globex", "embed", labels={"customer": "globex"},
+                   priority=S.PRIORITY_INTERACTIVE, pool="onprem")  # fmt: skip
     group = gateway.create(
         "acme", "text-stats", children=4, max_parallel=2, labels={"batch": "nightly"}
     )
     first, second = group.children[0].id, group.children[1].id
     gateway.claim(first, "gpu-a-01")
-    gateway.finish(first, result=b"ok")
     gateway.claim(second, "gpu-a-02")
+    gateway.finish(first, result=b"ok")
     gateway.report(second, 0.4, "tokenizing")
     made["group"] = group.id
     running = gateway.create(
@@ -65,6 +64,8 @@ def populate(gateway: FakeGatewayThread) -> dict[str, str]:
     gateway.claim(running, "gpu-b-01")
     gateway.report(running, 0.62, "decoding")
     made["running"] = running
+    for index in range(4):
+        gateway.create("acme", "text-stats", labels={"team": "nlp", "run": f"r{index}"})
     made["queued"] = gateway.create("acme", "text-stats", labels={"team": "nlp"}).id
     return made
 
@@ -85,13 +86,15 @@ def accept_dialogs(page: Page) -> list[str]:
 
 
 def test_every_page_loads_without_console_errors(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory, shots: Path
+    page: Page, gateway: ServeGateway, live_console: LiveFactory, shots: Path
 ) -> None:
     made = populate(gateway)
     console = live_console()
     page.goto(console.url + "/")
     expect(page).to_have_url(console.url + "/jobs")
-    expect(page.locator("table.jobs tbody tr")).to_have_count(15)
+    listed = gateway.list_ids()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(len(listed))
+    assert row_ids(page) == listed
     page.screenshot(path=shots / "jobs.png", full_page=True)
 
     page.goto(f"{console.url}/jobs/{made['running']}")
@@ -111,7 +114,7 @@ def test_every_page_loads_without_console_errors(
 
 
 def test_a_filter_narrows_the_list(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     populate(gateway)
     console = live_console()
@@ -126,7 +129,7 @@ def test_a_filter_narrows_the_list(
 
 
 def test_paging_walks_the_list(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     made = gateway.create_many(7, "acme", "text-stats")
     console = live_console()
@@ -137,11 +140,11 @@ def test_paging_walks_the_list(
         expect(page.get_by_role("link", name="« Newest")).to_be_visible()
         seen += row_ids(page)
     expect(page.get_by_role("link", name="Older »")).to_have_count(0)
-    assert seen == made[::-1]
+    assert seen == gateway.newest_first(made)
 
 
 def test_a_job_goes_queued_processing_completed_without_a_reload(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     job = gateway.create("acme", "text-stats").id
     console = live_console()
@@ -164,7 +167,7 @@ def test_a_job_goes_queued_processing_completed_without_a_reload(
 
 
 def test_cancel_and_retry_work_after_a_confirmation(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     job = gateway.create("acme", "text-stats").id
     console = live_console()
@@ -186,7 +189,7 @@ def test_cancel_and_retry_work_after_a_confirmation(
 
 
 def test_bulk_retry_shows_its_progress(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory, shots: Path
+    page: Page, gateway: ServeGateway, live_console: LiveFactory, shots: Path
 ) -> None:
     failed = [gateway.create("acme", "m", status=S.JOB_STATUS_FAILED).id for _ in range(5)]
     gateway.create("acme", "m", children=2, status=S.JOB_STATUS_COMPLETED)
@@ -202,7 +205,7 @@ def test_bulk_retry_shows_its_progress(
 
 
 def test_read_only_mode_has_no_action(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     made = populate(gateway)
     console = live_console(read_only=True)
@@ -215,7 +218,7 @@ def test_read_only_mode_has_no_action(
 
 
 def test_a_client_token_sees_its_tenant_only(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory, shots: Path
+    page: Page, gateway: ServeGateway, live_console: LiveFactory, shots: Path
 ) -> None:
     populate(gateway)
     console = live_console(settings_for(gateway, None, auth=AuthMode.TOKEN))
@@ -234,8 +237,30 @@ def test_a_client_token_sees_its_tenant_only(
     expect(page).to_have_url(re.compile("/login"))
 
 
+def test_serves_own_console_asks_for_a_sign_in_and_scopes_to_the_token(
+    page: Page, tmp_path: Path
+) -> None:
+    # `jobgate serve --console-listen` with --auth-file: the console in the
+    # serve process, which needs a login and then calls with that token.
+    served = ServeGateway(tmp_path, console=True).start()
+    try:
+        mine = served.create("acme", "text-stats", labels={"team": "nlp"}).id
+        served.create("globex", "embed")
+        page.goto(served.console_url + "/jobs")
+        expect(page).to_have_url(re.compile(r"/login\?next=%2Fjobs$"))
+        page.get_by_label("JobService token").fill("acme-token")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page).to_have_url(served.console_url + "/jobs")
+        assert row_ids(page) == [mine]
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(re.compile("/login"))
+    finally:
+        page.close()  # before serve stops, so no reconnect is logged as an error
+        served.stop()
+
+
 def test_a_label_holding_a_script_is_shown_as_text(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     hostile = "<script>alert('label')</script>"
     job = gateway.create("acme", "text-stats", labels={"note": hostile}).id
@@ -248,7 +273,7 @@ def test_a_label_holding_a_script_is_shown_as_text(
 
 
 def test_the_queues_page_refreshes_itself(
-    page: Page, gateway: FakeGatewayThread, live_console: LiveFactory
+    page: Page, gateway: ServeGateway, live_console: LiveFactory
 ) -> None:
     gateway.create("acme", "text-stats")
     console = live_console()
