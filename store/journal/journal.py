@@ -29,6 +29,8 @@ memory from the file (`reload`) and `resume`s.
 Full disk: `check_room(nbytes)` raises QueueFull when a new job of about
 `nbytes` would leave less than `reserve` bytes, so what ends or updates
 work (heartbeats, results, cancels) still has room after Submit is refused.
+The room is the disk's free space, `max_page_count` and the process's
+file-size limit (`ulimit -f`), whichever ends first (Writer.room).
 """
 
 from __future__ import annotations

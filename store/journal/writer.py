@@ -21,6 +21,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -273,14 +274,20 @@ class Writer:
 
     def room(self) -> int:
         """Bytes the file may still grow by: free pages inside it plus the disk's free space,
-        within `max_page_count`."""
+        within `max_page_count` and within the process's file-size limit (`ulimit -f`,
+        systemd's LimitFSIZE=: past it a write fails as on a full disk)."""
         con = self.con
         pages = int(con.execute("PRAGMA page_count").fetchone()[0])
         free = int(con.execute("PRAGMA freelist_count").fetchone()[0])
         limit = int(con.execute("PRAGMA max_page_count").fetchone()[0])
-        inside = (limit - pages + free) * self._page_size
+        reusable = free * self._page_size
+        inside = (limit - pages) * self._page_size + reusable
         stats = os.statvfs(self.directory)
-        return min(inside, stats.f_bavail * stats.f_frsize + free * self._page_size)
+        room = min(inside, stats.f_bavail * stats.f_frsize + reusable)
+        size_limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if size_limit != resource.RLIM_INFINITY:
+            room = min(room, size_limit - pages * self._page_size + reusable)
+        return room
 
     def checkpoint(self) -> None:
         """Copy the WAL into the file and truncate it (skipped while a reader holds it)."""
