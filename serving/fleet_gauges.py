@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -27,6 +28,7 @@ from store.protocol import Store
 log = logging.getLogger("jobgate.metrics")
 
 Counts = dict[str, int]
+T = TypeVar("T")
 
 
 def _family() -> GaugeMetricFamily:
@@ -67,15 +69,7 @@ class FleetCollector:
         yield workers
 
     def _read(self) -> Counts:
-        if self._loop.is_closed():
-            raise RuntimeError("the server's event loop is closed")
-        if _on_loop(self._loop):  # blocking here would deadlock the loop that must read
-            raise RuntimeError("scrape the registry from another thread")
-        future = asyncio.run_coroutine_threadsafe(self.counts(), self._loop)
-        try:
-            return future.result(self._timeout)
-        finally:
-            future.cancel()
+        return read_on_loop(self._loop, self.counts, self._timeout)
 
     async def counts(self) -> Counts:
         """Workers per pool (0 for a named pool or one with queued jobs)."""
@@ -87,6 +81,22 @@ class FleetCollector:
             if worker.pool:
                 per_pool[worker.pool] = per_pool.get(worker.pool, 0) + 1
         return per_pool
+
+
+def read_on_loop(
+    loop: asyncio.AbstractEventLoop, read: Callable[[], Coroutine[Any, Any, T]], timeout: float
+) -> T:
+    """`read()` run on the server's event loop from the scrape's thread, awaited at most
+    `timeout` (the store gauges' reads in serving/metrics.py, and this module's)."""
+    if loop.is_closed():
+        raise RuntimeError("the server's event loop is closed")
+    if _on_loop(loop):  # blocking here would deadlock the loop that must read
+        raise RuntimeError("scrape the registry from another thread")
+    future = asyncio.run_coroutine_threadsafe(read(), loop)
+    try:
+        return future.result(timeout)
+    finally:
+        future.cancel()
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

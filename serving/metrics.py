@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from serving.fleet_gauges import FleetCollector
+from serving.fleet_gauges import FleetCollector, read_on_loop
 from store.model import (
     ERROR_ATTEMPTS_EXHAUSTED,
     ERROR_LEASE_EXPIRED,
@@ -256,26 +256,10 @@ class StoreCollector:
         )
 
     def _read(self) -> tuple[dict[tuple[str, Priority, str], int], dict[str, int]]:
-        if self._loop.is_closed():
-            raise RuntimeError("the server's event loop is closed")
-        if _running_loop() is self._loop:
-            # Blocking here would deadlock the loop that must run the reads.
-            raise RuntimeError("scrape the registry from another thread")
-        future = asyncio.run_coroutine_threadsafe(self._read_async(), self._loop)
-        try:
-            return future.result(self._timeout)
-        finally:
-            future.cancel()
+        return read_on_loop(self._loop, self._read_async, self._timeout)
 
     async def _read_async(self) -> tuple[dict[tuple[str, Priority, str], int], dict[str, int]]:
         return await self._store.ready_counts(), await self._store.in_flight()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def sample(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float | None:

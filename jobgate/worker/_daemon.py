@@ -43,7 +43,7 @@ from jobgate.worker._job import Handler, JobRun
 from jobgate.worker._link import Link, backoff
 from jobgate.worker._reports import Pending, Reports
 from jobgate.worker._threads import HandlerThreads
-from jobgate.worker._transport import Transport, Wire
+from jobgate.worker._transport import Caller, Transport, Wire
 
 log = logging.getLogger("jobgate.worker")
 T = TypeVar("T")
@@ -194,14 +194,14 @@ class Worker:
             connection.target,
             self.config.concurrency,
         )
-        self._wire = Wire(
+        caller = Caller(
             stub,
             worker_id=self.config.worker_id,
-            models=self.config.models,
+            models=list(self.config.models),
             metadata=connection.metadata,
             pool=self.config.pool,
-            reports=self._reports,
         )
+        self._wire = Wire(caller, reports=self._reports)
         self._heartbeats.start(self._wire)
         try:
             await self._claim_loop(stub)

@@ -94,38 +94,40 @@ class Transport(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who the daemon is on the wire: both transports send every call with these."""
+
+    stub: Stub
+    worker_id: str
+    models: list[str]
+    metadata: tuple[tuple[str, str], ...]
+    # the pool this worker serves ("": its credential's; `default` in open mode)
+    pool: str = ""
+
+
 class Classic:
     """ClaimNext, Heartbeat and SetResult: what any WorkerService serves."""
 
-    def __init__(
-        self,
-        stub: Stub,
-        *,
-        worker_id: str,
-        models: Sequence[str],
-        metadata: tuple[tuple[str, str], ...],
-        pool: str = "",
-    ) -> None:
-        self._stub = stub
-        self._worker_id = worker_id
-        self._models = list(models)
-        # the pool this worker serves ("": its credential's; `default` in open mode)
-        self._pool = pool
-        self._metadata = metadata
+    def __init__(self, caller: Caller) -> None:
+        self._caller = caller
 
     async def claim(
         self, results: list[Pending], max_jobs: int, wait: float
     ) -> Sequence[pb.ClaimedJob]:
         Reports.decline(results)  # each job sends its own SetResult
         request = pb.ClaimNextRequest(
-            worker_id=self._worker_id, models=self._models, max_jobs=max_jobs, pool=self._pool
+            worker_id=self._caller.worker_id,
+            models=self._caller.models,
+            max_jobs=max_jobs,
+            pool=self._caller.pool,
         )
         request.wait.FromNanoseconds(int(wait * 1e9))
         # A stop cancels the poll. A job the server claimed in that very
         # instant is requeued when its lease expires.
         try:
-            response = await self._stub.ClaimNext(
-                request, timeout=wait + 10.0, metadata=self._metadata
+            response = await self._caller.stub.ClaimNext(
+                request, timeout=wait + 10.0, metadata=self._caller.metadata
             )
         except grpc.RpcError as rpc_error:
             raise error_from_rpc(rpc_error) from rpc_error
@@ -142,7 +144,9 @@ class Classic:
 
     async def _beat(self, request: pb.HeartbeatRequest, timeout: float) -> Beat:
         try:
-            response = await self._stub.Heartbeat(request, timeout=timeout, metadata=self._metadata)
+            response = await self._caller.stub.Heartbeat(
+                request, timeout=timeout, metadata=self._caller.metadata
+            )
         except grpc.RpcError as rpc_error:
             error = error_from_rpc(rpc_error)
             if isinstance(error, FailedPreconditionError | JobNotFoundError):
@@ -156,22 +160,13 @@ class FastPath:
 
     def __init__(
         self,
-        stub: Stub,
+        caller: Caller,
         *,
-        worker_id: str,
-        models: Sequence[str],
-        metadata: tuple[tuple[str, str], ...],
-        pool: str = "",
         reports: Reports,
         alone: Classic,
         on_unimplemented: Callable[[], None],
     ) -> None:
-        self._stub = stub
-        self._worker_id = worker_id
-        self._models = list(models)
-        # the pool this worker serves ("": its credential's; `default` in open mode)
-        self._pool = pool
-        self._metadata = metadata
+        self._caller = caller
         self._reports = reports
         #: For items a batch could not carry (one of them refused as invalid).
         self._alone = alone
@@ -183,16 +178,16 @@ class FastPath:
         # Results ride with the long poll: the server applies them before it
         # waits, so at a near-empty queue a job costs one call, not two.
         request = pb.ReportAndClaimRequest(
-            worker_id=self._worker_id,
-            models=self._models,
-            pool=self._pool,
+            worker_id=self._caller.worker_id,
+            models=self._caller.models,
+            pool=self._caller.pool,
             max_jobs=max_jobs,
             results=[item.request for item in results],
         )
         request.wait.FromNanoseconds(int(wait * 1e9))
         try:
-            response = await self._stub.ReportAndClaim(
-                request, timeout=wait + 10.0, metadata=self._metadata
+            response = await self._caller.stub.ReportAndClaim(
+                request, timeout=wait + 10.0, metadata=self._caller.metadata
             )
         except grpc.RpcError as rpc_error:
             return self._failed(error_from_rpc(rpc_error), results)
@@ -220,10 +215,10 @@ class FastPath:
     async def heartbeat(
         self, requests: Sequence[pb.HeartbeatRequest], timeouts: Sequence[float]
     ) -> list[Beat]:
-        call = pb.ReportAndClaimRequest(worker_id=self._worker_id, heartbeats=requests)
+        call = pb.ReportAndClaimRequest(worker_id=self._caller.worker_id, heartbeats=requests)
         try:
-            response = await self._stub.ReportAndClaim(
-                call, timeout=min(timeouts), metadata=self._metadata
+            response = await self._caller.stub.ReportAndClaim(
+                call, timeout=min(timeouts), metadata=self._caller.metadata
             )
         except grpc.RpcError as rpc_error:
             error = error_from_rpc(rpc_error)
@@ -250,29 +245,11 @@ def _beat(answer: pb.HeartbeatAnswer | None) -> Beat:
 class Wire:
     """The transport in use: FastPath until the server turns out not to have it."""
 
-    def __init__(
-        self,
-        stub: Stub,
-        *,
-        worker_id: str,
-        models: Sequence[str],
-        metadata: tuple[tuple[str, str], ...],
-        pool: str = "",
-        reports: Reports,
-    ) -> None:
+    def __init__(self, caller: Caller, *, reports: Reports) -> None:
         self._reports = reports
-        self._classic = Classic(
-            stub, worker_id=worker_id, models=models, metadata=metadata, pool=pool
-        )
+        self._classic = Classic(caller)
         self.transport: Transport = FastPath(
-            stub,
-            worker_id=worker_id,
-            models=models,
-            metadata=metadata,
-            pool=pool,
-            reports=reports,
-            alone=self._classic,
-            on_unimplemented=self._fall_back,
+            caller, reports=reports, alone=self._classic, on_unimplemented=self._fall_back
         )
 
     def _fall_back(self) -> None:

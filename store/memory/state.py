@@ -285,17 +285,23 @@ class State:
         else:
             self.set_expiry(record, now)
 
+    def ended_with_its_group(self, record: Record, now: float) -> bool:
+        """A child of a cancelled group ends CANCELLED instead of going back to its
+        queue: a running child may finish its attempt after its group was
+        cancelled, but a requeue would queue work for a cancelled group. True if it did."""
+        parent = self.jobs.get(record.parent_id)
+        if parent is None or parent.status is not JobStatus.CANCELLED:
+            return False
+        record.error_code = ERROR_CANCELLED
+        record.error_message = policy.GROUP_CANCELLED_MESSAGE
+        self.end(record, JobStatus.CANCELLED, now)
+        return True
+
     def retry_or_exhaust(
         self, record: Record, error_code: str, error_message: str, now: float, *, backoff: bool
     ) -> None:
         """End an attempt that may be retried: requeue it, or fail it past max_attempts."""
-        parent = self.jobs.get(record.parent_id)
-        if parent is not None and parent.status is JobStatus.CANCELLED:
-            # a running child may finish its attempt after its group was
-            # cancelled, but a retry would queue work for a cancelled group
-            record.error_code = ERROR_CANCELLED
-            record.error_message = policy.GROUP_CANCELLED_MESSAGE
-            self.end(record, JobStatus.CANCELLED, now)
+        if self.ended_with_its_group(record, now):
             return
         if record.attempts >= record.max_attempts:
             record.error_code = ERROR_ATTEMPTS_EXHAUSTED
@@ -318,11 +324,7 @@ class State:
         """PROCESSING -> QUEUED as if the claim never happened (release.lua's twin)."""
         record.attempts -= 1
         record.lease_id = ""  # a late heartbeat or set_result with it is LEASE_LOST
-        parent = self.jobs.get(record.parent_id)
-        if parent is not None and parent.status is JobStatus.CANCELLED:
-            record.error_code = ERROR_CANCELLED
-            record.error_message = policy.GROUP_CANCELLED_MESSAGE
-            self.end(record, JobStatus.CANCELLED, now)
+        if self.ended_with_its_group(record, now):
             return
         self.transition(record, JobStatus.QUEUED, now)
         self.start_queue_clock(record, now)

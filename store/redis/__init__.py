@@ -30,9 +30,15 @@ class RedisStore(StoreFront):
         hear_ready: bool = True,
         hear_changes: bool = True,
     ) -> None:
-        super().__init__(
-            RedisEngine(url, settings, partition, partitions, hear_ready, hear_changes)
+        engine = RedisEngine(
+            url,
+            settings,
+            partition=partition,
+            partitions=partitions,
+            hear_ready=hear_ready,
+            hear_changes=hear_changes,
         )
+        super().__init__(engine)
 
 
 __all__ = ["RedisEngine", "RedisStore"]

@@ -137,11 +137,13 @@ class RedisEngine:
         self,
         url: str,
         settings: StoreSettings,
-        partition: str = "default",
-        partitions: int = 1,
-        hear_ready: bool = True,
-        hear_changes: bool = True,
+        *,
+        partition: str,
+        partitions: int,
+        hear_ready: bool,
+        hear_changes: bool,
     ) -> None:
+        """RedisStore's arguments; their defaults are spelled once, in RedisStore."""
         tags = partition_tags(partition, partitions)  # ValueError outside 1..MAX_PARTITIONS
         self.settings = settings
         self.on_failure: FailureHook = ignore_failure

@@ -88,35 +88,34 @@ end
 local NEED_IDS, NEED_MODELS, NEED_RAW = {}, {}, {}
 local NEEDED_ID, NEEDED_MODEL, NEEDED_RAW = {}, {}, {}
 
+-- Asks for `name` in `list` once (`asked`: the names it holds).
+local function ask(list, asked, name)
+  if not asked[name] then
+    asked[name] = true
+    list[#list + 1] = name
+  end
+end
+
 -- True if job `id` is declared; otherwise asks for it.
 local function need_job(id)
   if D_JOB[id] then
     return true
   end
-  if not NEEDED_ID[id] then
-    NEEDED_ID[id] = true
-    NEED_IDS[#NEED_IDS + 1] = id
-  end
+  ask(NEED_IDS, NEEDED_ID, id)
   return false
 end
 
+-- Asks for a queue class's keys unless declared ('' or nil: none needed).
 local function need_model(model)
-  if not model or model == '' or D_MODEL[model] then
-    return
-  end
-  if not NEEDED_MODEL[model] then
-    NEEDED_MODEL[model] = true
-    NEED_MODELS[#NEED_MODELS + 1] = model
+  if model and model ~= '' and not D_MODEL[model] then
+    ask(NEED_MODELS, NEEDED_MODEL, model)
   end
 end
 
+-- Asks for a raw key unless declared ('' or nil: none needed).
 local function need_key(name)
-  if not name or name == '' or D_KEY[name] then
-    return
-  end
-  if not NEEDED_RAW[name] then
-    NEEDED_RAW[name] = true
-    NEED_RAW[#NEED_RAW + 1] = name
+  if name and name ~= '' and not D_KEY[name] then
+    ask(NEED_RAW, NEEDED_RAW, name)
   end
 end
 
