@@ -21,11 +21,11 @@ from typing import Any
 import grpc
 import pytest
 
+from jobgate.v1 import job_service_pb2
 from store.journal import DB_NAME, DEFAULT_RESERVE
 from tests.e2e.api import CANCELLED, COMPLETED, QUEUED, Api, Failure, failure_of, fresh_name, spec
 from tests.e2e.harness import FAST_SETTINGS, Deployment, embedded_deployment
 from tests.faults.test_durable_serve import api_of
-from jobgate.v1 import job_service_pb2
 
 #: What the file may hold beyond the reserve before Submit is refused.
 ROOM_FOR_JOBS = 8 * 1024 * 1024
