@@ -15,6 +15,7 @@ import asyncio
 import resource
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -135,12 +136,10 @@ async def test_a_full_disk_refuses_submit_writes_nothing_half_and_the_reserve_le
     assert held == records_in_file(data_dir) == 2 * ROUNDS_AFTER_FULL + len(filled)
 
     heartbeats = await in_chunks(
-        [lambda j=job_id: api.heartbeat(j, leases[j], 0.5, "late") for job_id in running]
+        [partial(api.heartbeat, j, leases[j], 0.5, "late") for j in running]
     )
-    results = await in_chunks(
-        [lambda j=job_id: api.complete(j, leases[j], b"r" * 64) for job_id in running]
-    )
-    cancels = await in_chunks([lambda j=job_id: api.cancel(j) for job_id in waiting])
+    results = await in_chunks([partial(api.complete, j, leases[j], b"r" * 64) for j in running])
+    cancels = await in_chunks([partial(api.cancel, j) for j in waiting])
 
     assert not any(answer.cancel_requested for answer in heartbeats)
     assert all(job.status == COMPLETED for job in results)
