@@ -9,7 +9,7 @@ and parent of every event, plus the few changes without an event.
 What is rebuilt at start (`restore`), never stored: the queues (QUEUED and
 PROCESSING jobs in their `seq` order, hidden while leased or backing off),
 the deadline heaps, the idempotency key map, the live and in-flight
-counters. Not kept at all: leadership and the worker registry. A lease that
+counters, ListJobs' indexes. Not kept at all: leadership and the worker registry. A lease that
 expired while the store was down is recovered by the next `recover`, as
 usual. Jobs past their TTL are dropped at load (and from the file by the
 next commit). Terminal jobs' payloads stay on disk (UNLOADED), read back
@@ -181,6 +181,7 @@ def restore(
     for key in expired:
         del loaded.records[key]
     state.jobs = loaded.records
+    state.index.fill(state.jobs.values())
     _restore_queues(state, slotted)
     _restore_events(state, loaded.events)
     return state

@@ -52,6 +52,19 @@ class Index:
             self._discard(self.status_runs, (record.tenant, before, record.kind), key)
         self._run(self.status_runs, (record.tenant, record.status, record.kind)).add(key)
 
+    def fill(self, records: Iterable[Record]) -> None:
+        """Index `records` at once (a restart): one sort per run, not one insert per job."""
+        status_keys: dict[StatusRun, list[IndexKey]] = {}
+        model_keys: dict[ModelRun, list[IndexKey]] = {}
+        for record in records:
+            key = record_key(record)
+            status_keys.setdefault((record.tenant, record.status, record.kind), []).append(key)
+            model_keys.setdefault((record.tenant, record.model), []).append(key)
+        for status_run, keys in status_keys.items():
+            self._run(self.status_runs, status_run).update(keys)
+        for model_run, keys in model_keys.items():
+            self._run(self.model_runs, model_run).update(keys)
+
     def removed(self, record: Record) -> None:
         """`record` is gone (past its result_ttl)."""
         key = record_key(record)

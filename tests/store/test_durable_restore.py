@@ -17,7 +17,9 @@ from store.memory import LocalStore
 from store.memory.state import State
 from store.model import (
     ClaimedJob,
+    FilterTerm,
     GroupSpec,
+    JobFilter,
     JobSpec,
     JobStatus,
     Priority,
@@ -162,6 +164,28 @@ async def test_results_survive_and_a_finished_jobs_payload_is_read_back(tmp_path
 
     assert kept.result == b"out" and kept.status is JobStatus.COMPLETED
     assert left_on_disk and payload == b"the input"
+
+
+async def test_list_jobs_lists_the_same_jobs_after_a_restart(tmp_path: Path) -> None:
+    only_failed = JobFilter((FilterTerm("status", "=", JobStatus.FAILED),))
+    store = await open_store(tmp_path)
+    await submit_one(store)
+    await submit_one(store)
+    claimed = await claim_one(store)
+    await store.record_result(claimed.job.id, claimed.lease_id, ResultReport(JobStatus.FAILED))
+    await submit_group(store, 2)
+    every_before = await store.list_jobs(TENANT, JobFilter(), None, 10)
+
+    store = await _restarted(store, tmp_path)
+    try:
+        every = await store.list_jobs(TENANT, JobFilter(), None, 10)
+        failed = await store.list_jobs(TENANT, only_failed, None, 10)
+    finally:
+        await store.close()
+
+    assert len(every_before.jobs) == 5  # two jobs, a group and its two children
+    assert [job.id for job in every.jobs] == [job.id for job in every_before.jobs]
+    assert [job.id for job in failed.jobs] == [claimed.job.id]
 
 
 async def test_the_audit_trail_survives_and_goes_on(tmp_path: Path) -> None:
@@ -360,7 +384,15 @@ def _comparable(state: State, now: float, payload_of: Any) -> dict[str, Any]:
         "seq": state.seq,
         "events": state.events[-WORKLOAD.events_max_length :],
         "next_event": state.next_event,
+        "index": _index_of(state, set(records)),
     }
+
+
+def _index_of(state: State, kept: set[str]) -> dict[Any, list[Any]]:
+    """ListJobs' runs, over the jobs a restart keeps (empty runs left out)."""
+    runs: dict[Any, Any] = {**state.index.status_runs, **state.index.model_runs}
+    listed = {name: [key for key in run if key[1] in kept] for name, run in runs.items()}
+    return {name: keys for name, keys in listed.items() if keys}
 
 
 @pytest.mark.parametrize("seed", range(6))
