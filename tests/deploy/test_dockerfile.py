@@ -53,6 +53,15 @@ def test_runtime_runs_as_a_non_root_user_with_a_grpc_health_check() -> None:
     assert set(exposed.split()) == {"50051", "50052", "9464"}
 
 
+def test_the_data_directory_exists_owned_by_the_runtime_user() -> None:
+    # A named volume mounted on /data (deploy/compose.single-node.yaml) takes
+    # the owner of the image's /data; missing, it is root's and serve cannot write.
+    (user,) = instructions("USER")
+    uid, _, gid = user.partition(":")
+    runs = " ".join(instructions("RUN"))
+    assert re.search(rf"install -d -o {uid} -g {gid or uid} (-m \d+ )?/data\b", runs), runs
+
+
 def builder_stage_copies() -> list[str]:
     """The paths the builder stage COPYs into its build context (until the next FROM)."""
     text = DOCKERFILE.read_text()

@@ -1,24 +1,30 @@
-"""deploy/k8s and deploy/compose.yaml pass schema checkers, and agree with the drain.
+"""deploy/k8s and deploy/compose*.yaml pass schema checkers, and agree with the drain.
 
 Kubernetes: `kubernetes-validate --strict` (PyPI; ships the Kubernetes JSON
 schemas, so no network is needed), for the oldest version with native gRPC
 probes (1.27) and the newest it knows. Compose: `check-jsonschema` with its
 vendored compose-spec schema (`--builtin-schema vendor.compose-spec`); no Docker
-engine runs here, so `docker compose config` is not available.
+engine runs here, so `docker compose config` is not available. The
+single-node file's `serve` command and environment go through the servers'
+own settings parser (serving/settings.py), as `jobgate serve` would read them.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from serving import settings as server_settings
+from serving.settings import ServerSettings
 from tests.deploy.tools import DEPLOY, load_yaml_documents, require_tool, run_tool
 
 K8S = DEPLOY / "k8s"
 MANIFESTS = sorted(K8S.glob("*.yaml"))
 COMPOSE = DEPLOY / "compose.yaml"
+SINGLE_NODE = DEPLOY / "compose.single-node.yaml"
 PRESTOP_SECONDS = 5
 
 
@@ -64,8 +70,9 @@ def test_kubernetes_validation_rejects_an_unknown_field(tmp_path: Path) -> None:
         run_tool(kubernetes_validate(), "--strict", str(tmp_path / "gateway.yaml"))
 
 
-def test_compose_file_matches_the_compose_spec_schema() -> None:
-    run_tool(check_jsonschema(), "--builtin-schema", "vendor.compose-spec", str(COMPOSE))
+@pytest.mark.parametrize("path", [COMPOSE, SINGLE_NODE], ids=lambda path: path.name)
+def test_compose_file_matches_the_compose_spec_schema(path: Path) -> None:
+    run_tool(check_jsonschema(), "--builtin-schema", "vendor.compose-spec", str(path))
 
 
 def test_compose_schema_check_rejects_a_misspelt_key(tmp_path: Path) -> None:
@@ -207,3 +214,65 @@ def test_server_pods_advertise_their_metrics_port_for_scraping() -> None:
         assert {"name": "metrics", "containerPort": int(metrics_port), "protocol": "TCP"} in (
             container["ports"]
         )
+
+
+def single_node_serve() -> tuple[dict[str, Any], ServerSettings]:
+    """The single-node file's serve service, and the settings `jobgate serve` reads from it.
+
+    Its command is parsed by the servers' own flags (an unknown flag fails
+    here as it would fail `jobgate serve`), its environment as JOBGATE_<NAME>.
+    """
+    (compose,) = load_yaml_documents(SINGLE_NODE)
+    serve = compose["services"]["serve"]
+    command, *args = serve["command"]
+    assert command == "serve"  # the image's ENTRYPOINT is jobgate
+    parser = argparse.ArgumentParser(prog="jobgate serve")
+    server_settings.add_flags(parser)
+    parsed, unknown = parser.parse_known_args(args)
+    assert unknown == [], f"flags jobgate serve does not accept: {unknown}"
+    return serve, server_settings.from_args(parsed, environ=serve["environment"])
+
+
+def test_single_node_serve_keeps_its_store_on_the_named_volume() -> None:
+    (compose,) = load_yaml_documents(SINGLE_NODE)
+    serve, settings = single_node_serve()
+    assert settings.redis_url is None  # the embedded store
+    assert settings.data_dir is not None and settings.data_sync == "full"
+    mounts = {target: source for source, target, *_ in (v.split(":") for v in serve["volumes"])}
+    volume = mounts[settings.data_dir]  # a volume is mounted on the data directory itself
+    assert volume in compose["volumes"], f"{volume} is not a declared (named) volume"
+    assert set(compose["services"]) == {"serve", "worker"}
+
+
+def test_single_node_environment_is_only_jobgate_settings() -> None:
+    serve, _ = single_node_serve()
+    known = {flag.env for flag in server_settings.FLAGS}
+    assert set(serve["environment"]) <= known
+
+
+def test_single_node_publishes_serves_ports_and_probes_its_health_service() -> None:
+    serve, settings = single_node_serve()
+    assert settings.metrics_listen is not None
+    published = {int(port.rpartition(":")[2]) for port in serve["ports"]}
+    listens = (settings.listen, settings.worker_listen, settings.metrics_listen)
+    assert published == {address.port for address in listens}
+    assert all(address.host == "0.0.0.0" for address in listens)
+    assert all(port.startswith("127.0.0.1:") for port in serve["ports"])
+    # deploy/healthcheck.py asks grpc.health.v1 on JOBGATE_LISTEN: JobService's address
+    # unless the command moved it with --listen
+    assert serve["healthcheck"]["test"] == ["CMD", "python", "/app/healthcheck.py"]
+    assert serve["environment"]["JOBGATE_LISTEN"] == str(settings.listen)
+
+
+def test_single_node_worker_claims_from_serve_and_both_drain_before_compose_kills() -> None:
+    (compose,) = load_yaml_documents(SINGLE_NODE)
+    serve, settings = single_node_serve()
+    worker = compose["services"]["worker"]
+    assert flag(worker["command"], "--target") == f"serve:{settings.worker_listen.port}"
+    assert worker["depends_on"]["serve"]["condition"] == "service_healthy"
+    assert float(serve["stop_grace_period"].removesuffix("s")) > (
+        settings.grace_period.total_seconds()
+    )
+    assert float(flag(worker["command"], "--grace-period")) < float(
+        worker["stop_grace_period"].removesuffix("s")
+    )

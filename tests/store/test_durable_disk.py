@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from store import QueueFull, StoreUnavailable
+from store.journal.writer import WAL_AUTOCHECKPOINT_PAGES
 from store.memory import LocalStore
 from store.model import JobSpec, JobStatus, ResultReport, SubmitRequest
 from tests.helpers import assert_eventually
-from tests.store.conftest import MODEL, TENANT, claim_one, submit_group, submit_one
+from tests.store.conftest import MODEL, TENANT, claim_one, spec, submit_group, submit_one
 from tests.store.durable import FakeClock, count, journal_of, open_store, query, settings
 
 FULL_AT_PAGES = 2000  # an 8 MiB "disk" (PRAGMA max_page_count)
@@ -202,5 +204,98 @@ async def test_the_file_stops_growing_when_jobs_come_and_go(tmp_path: Path) -> N
             await _round(store, clock, 300)
 
         assert (tmp_path / "jobgate.db").stat().st_size <= first
+    finally:
+        await store.close()
+
+
+# Steady traffic: terminal jobs live WAVE_TTL seconds of the fake clock,
+# which moves one second per batch, so about WAVE_TTL batches of jobs are in
+# the file at any time and the older ones have left it. The journal's own
+# knobs are production's, except the timed WAL truncation, which runs every
+# WAVE_CHECKPOINT real seconds instead of 30 (as the TTL is short) so that
+# each wave is measured with its WAL truncated.
+WAVE_JOBS = 3000
+WAVE_BATCH = 100
+WAVE_TTL = 10
+WAVE_EVENTS_CAP = 500
+WAVE_CHECKPOINT = 1.0
+#: Where freed pages are reused differs a little from wave to wave.
+GROWTH_SLACK = 64 * 1024
+#: Between checkpoints the WAL holds SQLite's automatic checkpoint interval
+#: plus the commit that crossed it; unchecked, one wave writes over 20 MB.
+WAL_BOUND = 2 * WAL_AUTOCHECKPOINT_PAGES * (4096 + 24)
+
+
+def directory_bytes(directory: Path) -> int:
+    """Everything the store keeps in its directory (db, -wal, -shm, the lock)."""
+    return sum(path.stat().st_size for path in directory.iterdir() if path.is_file())
+
+
+def wal_bytes(directory: Path) -> int:
+    wal = directory / "jobgate.db-wal"
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def _run_batch(store: LocalStore) -> None:
+    """Submit WAVE_BATCH jobs at once, claim them 64 at a time, complete them concurrently."""
+    requests = [SubmitRequest(TENANT, spec(payload=b"p" * 1024)) for _ in range(WAVE_BATCH)]
+    await store.submit_batch(requests)
+    done = 0
+    while done < WAVE_BATCH:
+        claimed = await store.claim("w1", [MODEL], max_jobs=64)
+        report = ResultReport(JobStatus.COMPLETED, b"r" * 256)
+        await asyncio.gather(
+            *(store.record_result(item.job.id, item.lease_id, report) for item in claimed)
+        )
+        done += len(claimed)
+
+
+async def _wave(store: LocalStore, clock: FakeClock, directory: Path) -> int:
+    """WAVE_JOBS jobs through the store, then their TTL; the directory's size after it
+    (once the WAL is truncated).
+
+    Checks on the way that the files stay bounded: records and payloads by
+    the jobs the TTL still keeps, events by the audit cap (trimmed once 10 %
+    over), the WAL by its checkpoints.
+    """
+    kept = (WAVE_TTL + 1) * WAVE_BATCH
+    peak = 0
+    for _ in range(WAVE_JOBS // WAVE_BATCH):
+        await _run_batch(store)
+        clock.advance(1)
+        await store.recover()  # as serve's recovery loop does: expired jobs leave memory
+        records = count(directory, "records")
+        assert records <= kept and count(directory, "blob_payload") <= kept
+        assert count(directory, "events") <= WAVE_EVENTS_CAP + WAVE_EVENTS_CAP // 10
+        assert wal_bytes(directory) <= WAL_BOUND
+        peak = max(peak, records)
+    assert peak > WAVE_BATCH  # jobs stayed until their TTL, then left
+    clock.advance(WAVE_TTL + 1)
+    await store.recover()
+
+    async def emptied_and_checkpointed() -> bool:  # by the next housekeeping commits
+        left = count(directory, "records") + count(directory, "blob_result")
+        return left == 0 and wal_bytes(directory) == 0
+
+    await assert_eventually(
+        emptied_and_checkpointed, message="terminal jobs or the WAL stayed past their time"
+    )
+    return directory_bytes(directory)
+
+
+async def test_the_directory_stops_growing_under_steady_traffic(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = await open_store(
+        tmp_path,
+        settings(result_ttl=timedelta(seconds=WAVE_TTL), events_max_length=WAVE_EVENTS_CAP),
+        clock,
+        checkpoint_every=WAVE_CHECKPOINT,
+    )
+    try:
+        first = await _wave(store, clock, tmp_path)
+        second = await _wave(store, clock, tmp_path)
+
+        assert second <= first + GROWTH_SLACK, (first, second)
+        assert count(tmp_path, "blob_payload") == 0
     finally:
         await store.close()
