@@ -19,12 +19,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from bench import servers
-from bench.e2e import BATCH, INFLIGHT, SEQUENTIAL, Run, Sizes, measure, ready_worker
+from bench.e2e import BATCH, INFLIGHT, SEQUENTIAL, Run, Sizes, drain, measure, ready_worker
 from bench.report import table
 from bench.servers import Topology
 from bench.sink import Sink
 
 MODES = ("tenant", "off")
+#: Each mode's server flags, in the order the first repeat runs them.
+FAIR_MODES: Mapping[str, Mapping[str, str]] = {mode: {"fair-share": mode} for mode in MODES}
 CONCURRENCY = 8
 MODEL = "bench-fair"
 #: The cost bound: fair share's throughput at least this share of off's.
@@ -36,13 +38,16 @@ NOISE = 0.05
 SERVER_SIDE = ("gateway", "worker-server", "serve", "redis")
 
 
-def _producers(sizes: Sizes) -> list[tuple[str, int, dict[str, float]]]:
+def producers(sizes: Sizes) -> list[tuple[str, int, dict[str, float]]]:
     return [
         (SEQUENTIAL, sizes.sequential_jobs, {"inflight": 1}),
         (INFLIGHT, sizes.inflight_jobs, {"inflight": 32}),
         (BATCH, sizes.batch_jobs, {"batch": 100}),
     ]
 
+
+#: The producer name of a sitting's prefilled drains.
+DRAIN = "prefilled drain"
 
 Start = Callable[[Mapping[str, str]], AbstractContextManager[Topology]]
 
@@ -72,18 +77,33 @@ class Sitting:
         return {name: sum(c.get(name, 0.0) for c in runs) / len(runs) for name in names}
 
 
-def one_sitting(name: str, start: Start, sink: Sink, sizes: Sizes, repeats: int) -> Sitting:
+def one_sitting(
+    name: str,
+    start: Start,
+    sink: Sink,
+    sizes: Sizes,
+    repeats: int,
+    modes: Mapping[str, Mapping[str, str]] = FAIR_MODES,
+    drain_jobs: int = 0,
+) -> Sitting:
+    """Each mode's runs, interleaved: the modes in order, then reversed, and so on.
+
+    With `drain_jobs`, each deployment also drains that many prefilled jobs
+    (bench.e2e.drain, recorded as producer DRAIN) after its producers.
+    """
     sitting = Sitting(name)
+    order = list(modes)
     for repeat in range(repeats):
-        for mode in MODES if repeat % 2 == 0 else MODES[::-1]:
-            with (
-                start({"fair-share": mode}) as topology,
-                ready_worker(topology, sink, MODEL, CONCURRENCY) as pids,
-            ):
-                for producer, jobs, options in _producers(sizes):
-                    run = measure(topology, sink, pids, Run(name, CONCURRENCY, producer),
-                                  MODEL, jobs, **options)  # fmt: skip
-                    sitting.runs.setdefault((mode, producer), []).append(run)
+        for mode in order if repeat % 2 == 0 else order[::-1]:
+            with start(modes[mode]) as topology:
+                with ready_worker(topology, sink, MODEL, CONCURRENCY) as pids:
+                    for producer, jobs, options in producers(sizes):
+                        run = measure(topology, sink, pids, Run(name, CONCURRENCY, producer),
+                                      MODEL, jobs, **options)  # fmt: skip
+                        sitting.runs.setdefault((mode, producer), []).append(run)
+                if drain_jobs:
+                    run = drain(topology, sink, CONCURRENCY, drain_jobs)
+                    sitting.runs.setdefault((mode, DRAIN), []).append(run)
     return sitting
 
 
@@ -105,7 +125,7 @@ def _rates(sitting: Sitting, mode: str, producer: str) -> str:
 def throughput_lines(sittings: list[Sitting], sizes: Sizes, repeats: int) -> list[str]:
     rows = []
     for sitting in sittings:
-        for producer, _, _ in _producers(sizes):
+        for producer, _, _ in producers(sizes):
             ratio = sitting.rate("tenant", producer) / sitting.rate("off", producer)
             verdict = "within" if ratio >= BOUND else "**OVER**"
             cpu = [sitting.cpu_ms(mode, producer) for mode in MODES]
@@ -139,7 +159,7 @@ def command_difference(on: dict[str, float], off: dict[str, float]) -> tuple[str
 def command_lines(sittings: list[Sitting], sizes: Sizes) -> list[str]:
     rows = []
     for sitting in sittings:
-        for producer, _, _ in _producers(sizes):
+        for producer, _, _ in producers(sizes):
             on, off = sitting.commands("tenant", producer), sitting.commands("off", producer)
             if not on or not off:
                 continue  # the embedded store has no Redis

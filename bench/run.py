@@ -19,7 +19,8 @@ commands each transition gained; `--only list`), bench.redis_work (Redis
 commands and CPU per job, 1 partition against 12; `--only redis-work`),
 bench.console (the web console's Jobs page with the list section's largest
 number of jobs held, and the StreamStatus calls of live job pages; `--only
-console`).
+console`), bench.durable (the durable embedded store against the in-memory
+one, the disk's fsyncs, restart time and bytes per job; `--only durable`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import asyncio
 import os
 import shlex
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -42,6 +44,8 @@ from bench.cluster import cluster_lines, cluster_rows
 from bench.commandstats import describe
 from bench.console import console_figures, console_lines
 from bench.depth import WARMUP_CALLS, DepthRow, depth_rows
+from bench.durable import durable_sitting, fsyncs_per_second, restart, restart_lines
+from bench.durable import throughput_lines as durable_lines
 from bench.e2e import Run, Sizes, TopologyFigures, throughput_and_latency
 from bench.fairness import command_lines, fair_share_sittings, throughput_lines
 from bench.floors import Floors
@@ -82,6 +86,8 @@ class Plan:
     list_depths: list[int]  # jobs held when ListJobs is probed
     list_calls: int  # timed ListJobs calls per filter and page
     transition_calls: int  # calls of each transition for its commands
+    durable_repeats: int  # runs of each store mode in section 18
+    restart_jobs: tuple[int, int]  # (QUEUED, COMPLETED) jobs of section 19's directory
 
 
 FULL = Plan(
@@ -92,6 +98,7 @@ FULL = Plan(
     cluster_jobs=2000, floor_calls=5000, timing_tests=("tests",), work_jobs=2000, work_repeats=3,
     spread_jobs=100_000, spread_tenants=1000, spread_calls=200, fair_repeats=3,
     list_depths=[1_000, 100_000, 1_000_000], list_calls=200, transition_calls=500,
+    durable_repeats=3, restart_jobs=(100_000, 900_000),
 )  # fmt: skip
 QUICK = Plan(
     Sizes(sequential_jobs=60, inflight_jobs=200, batch_jobs=200, drain_jobs=200,
@@ -101,6 +108,7 @@ QUICK = Plan(
     cluster_jobs=200, floor_calls=300, timing_tests=QUICK_TESTS, work_jobs=60, work_repeats=1,
     spread_jobs=1000, spread_tenants=10, spread_calls=20, fair_repeats=1,
     list_depths=[1_000, 5_000], list_calls=20, transition_calls=50,
+    durable_repeats=1, restart_jobs=(200, 1_800),
 )  # fmt: skip
 
 
@@ -279,6 +287,14 @@ def _fair_section(plan: Plan, timing: Sink) -> list[str]:
             *command_lines(sittings, plan.e2e)]  # fmt: skip
 
 
+def _durable_section(plan: Plan, timing: Sink) -> list[str]:
+    sitting = durable_sitting(timing, plan.e2e, plan.durable_repeats)
+    with tempfile.TemporaryDirectory(prefix="jobgate-bench-fsync-") as directory:
+        fsyncs = fsyncs_per_second(Path(directory))
+    return [*durable_lines(sitting, plan.e2e, plan.durable_repeats, fsyncs),
+            *restart_lines([restart(*plan.restart_jobs)])]  # fmt: skip
+
+
 def _timing_section(plan: Plan, _: Sink) -> list[str]:
     recorded, pytest_line, command = measure_timings(plan.timing_tests)
     return timing_lines(verdicts(recorded), pytest_line, command)
@@ -415,6 +431,7 @@ SECTIONS: dict[str, Callable[[Plan, Sink], list[str]]] = {
     "timing": _timing_section,
     "list": _list_section,
     "console": _console_section,
+    "durable": _durable_section,
 }
 
 

@@ -228,3 +228,18 @@ def test_fair_share_commands_per_job_name_the_difference_per_producer(report: st
     section = _section(report, 14)
     for mode in MODES:
         assert re.search(r"\| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \| .+ \| .+ \|$", _row(section, mode))
+
+
+def test_the_durable_store_has_a_judged_row_per_producer_and_the_fsync_rate(report: str) -> None:
+    section = _section(report, 18)
+    for producer in (*MODES, "prefilled drain"):
+        row = _row(section, producer)
+        ratio = r"[\d.]+ \((within|\*\*UNDER\*\*)\)"
+        assert re.search(rf"\| {ratio} \| {ratio} \| [\d.]+ / [\d.]+ / [\d.]+ \|$", row), row
+    assert re.search(r"\*\*\d+ per second\*\*", section)
+
+
+def test_the_restart_row_has_its_time_and_bytes_per_queued_job(report: str) -> None:
+    section = _section(report, 19)
+    assert re.search(r"\| 200 \| 1,800 \| \d+ \| \d+ \| \d+ \| [\d.]+ \| (within|\*\*OVER\*\*) \|",
+                     section), section  # fmt: skip
