@@ -140,6 +140,7 @@ class Process:
         #: More addresses the listening line names (a sidecar's, e.g. console=...).
         self.announced: dict[str, Address] = {}
         self.serving: Serving | None = None
+        self._collector_paused = False
 
     def request_stop(self) -> None:
         if self._stop.is_set():
@@ -153,11 +154,27 @@ class Process:
             raise StartError(str(error)) from None
         metrics = Metrics()
         changes = hears_changes([builder.name for builder in self._builders])
-        store = count_store_errors(await open_configured_store(self.settings, changes), metrics)
+        # A process of its own keeps the collector off from before a data
+        # directory's load until what it loaded is frozen (_serve_started): the
+        # first collections after it would walk every loaded job, up to three
+        # times (once per generation), before the first call is answered.
+        paused = self._install and durable_dir(self.settings) is not None and gc.isenabled()
+        self._collector_paused = paused
+        if paused:
+            gc.disable()
+        try:
+            store = await open_configured_store(self.settings, changes)
+        except BaseException:
+            if paused:
+                gc.enable()
+            raise
+        store = count_store_errors(store, metrics)
         try:
             self.serving = Serving(self.settings, store, auth, metrics)
             return await self._serve(self.serving)
         finally:
+            if paused:
+                gc.enable()
             await store.close()
 
     async def _serve(self, serving: Serving) -> int:
@@ -212,6 +229,8 @@ class Process:
             if durable_dir(self.settings) is None:
                 gc.collect()
             gc.freeze()
+            if self._collector_paused:  # since before a data directory's load (run)
+                gc.enable()
         self.started.set()
         stop_background = asyncio.Event()
         recovery = Recovery(serving.store, serving.metrics)

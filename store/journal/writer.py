@@ -18,7 +18,6 @@ holds it); pages freed by deletions are reused by later rows.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import resource
@@ -149,20 +148,11 @@ class Writer:
         return self._con
 
     def load(self, lazy: LazyBlobs) -> Loaded:
-        """Every record, the meta values and the newest `events_cap` events.
-
-        The collector is paused meanwhile: a load makes millions of objects
-        and no cycles, and each full collection would walk all of them again.
-        """
-        paused = gc.isenabled()
-        gc.disable()
+        """Every record, the meta values and the newest `events_cap` events."""
         try:
             return self._load(lazy)
         except sqlite3.DatabaseError as error:
             raise corrupt(self.path, str(error)) from None
-        finally:
-            if paused:
-                gc.enable()
 
     def _load(self, lazy: LazyBlobs) -> Loaded:
         codec = self.tables.records

@@ -14,12 +14,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from sortedcontainers import SortedList
 
-from store.listing import IndexKey, Walk, micros
+from store.listing import IndexKey, Walk, timestamp_micros
 from store.memory.record import Record
 from store.model import JobKind, JobStatus
 
@@ -29,9 +28,9 @@ R = TypeVar("R")
 
 
 def record_key(record: Record) -> IndexKey:
-    # converted as the snapshot converts it (store/memory/state.py dt), so a
-    # cursor made from a listed Job finds its own key
-    return micros(datetime.fromtimestamp(record.create_time, tz=UTC)), record.id
+    # the snapshot's conversion (store/memory/state.py dt), so a cursor made
+    # from a listed Job finds its own key
+    return timestamp_micros(record.create_time), record.id
 
 
 class Index:

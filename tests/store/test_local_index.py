@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import hypothesis
+from hypothesis import strategies as st
+
+from store.listing import micros, timestamp_micros
 from store.memory import LocalStore
 from store.model import GroupSpec, JobSpec, JobStatus, StoreSettings, SubmitRequest
 
@@ -50,3 +56,20 @@ async def test_jobs_past_their_ttl_leave_every_run() -> None:
     await store.recover()
     assert _indexed(store) == set()
     assert store.engine.state.index.status_runs == {}
+
+
+@hypothesis.settings(max_examples=2000, deadline=None)
+@hypothesis.given(
+    st.one_of(
+        st.floats(min_value=0, max_value=4e9, allow_nan=False),
+        # ties: a fraction of exactly half a microsecond either way
+        st.integers(0, 4_000_000_000_000_000).map(lambda us: us / 1e6 + 5e-7),
+        st.integers(0, 4_000_000_000_000_000).map(lambda us: us / 1e6 - 5e-7),
+    )
+)
+def test_a_records_index_key_is_its_snapshots_create_time_in_microseconds(
+    timestamp: float,
+) -> None:
+    # a cursor made from a listed Job must find the key the index made
+    snapshot_time = datetime.fromtimestamp(timestamp, tz=UTC)
+    assert timestamp_micros(timestamp) == micros(snapshot_time)
