@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import sqlite3
@@ -32,6 +33,13 @@ from store.journal.codec import UNLOADED
 from store.journal.schema import EXPIRE_FIELD, Tables, check_header, corrupt, insert_sql, prepare
 
 SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
+#: Above this much room a commit estimates what it used instead of measuring
+#: (three PRAGMAs and a statvfs, a fifth of a small commit's cost); measured
+#: again at least every ROOM_MEASURE_EVERY seconds, and always below it.
+ROOM_MEASURE_BELOW = 1 << 30
+ROOM_MEASURE_EVERY = 1.0
+#: What one row or event is taken to add to the file when the room is estimated.
+ROW_BYTES = 1024
 WAL_AUTOCHECKPOINT_PAGES = 1000
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 # Keys per `IN (...)` when the loader reads chosen blobs (under SQLite's 999 variables).
@@ -96,7 +104,14 @@ class Writer:
         self._newest_event = 0
         self._page_size = 4096
         self._last_checkpoint = time.monotonic()
+        self._room = 0
+        self._room_measured = 0.0  # time.monotonic() of the last exact room()
+        # The earliest expire_at the file may hold: commits before it skip the TTL deletes.
+        self._next_expiry = 0.0
         records = tables.records
+        self._expire_column = (
+            records.names.index(EXPIRE_FIELD) if EXPIRE_FIELD in records.names else None
+        )
         self._upsert_record = insert_sql("records", records.names)
         self._insert_event = insert_sql("events", tables.events.names, replace=False)
 
@@ -218,13 +233,25 @@ class Writer:
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
+            self._next_expiry = 0.0  # its deletions were rolled back too
             raise
         self._events_held, self._newest_event = held, newest
         if not work.empty:
             self.commits += 1
         if time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
             self.checkpoint()
-        return self.room()
+        return self._room_after(work)
+
+    def _room_after(self, work: Work) -> int:
+        """room(), measured when it is small or a second old; else the last
+        measure less what `work` may have added (an underestimate of the room)."""
+        stale = time.monotonic() - self._room_measured >= ROOM_MEASURE_EVERY
+        if stale or self._room < ROOM_MEASURE_BELOW:
+            return self.room()
+        added = ROW_BYTES * (len(work.rows) + len(work.events))
+        added += sum(len(blob) for upserts in work.blobs.values() for _, blob in upserts)
+        self._room -= added
+        return self._room
 
     def _write(self, con: sqlite3.Connection, work: Work) -> None:
         if work.rows:
@@ -243,15 +270,34 @@ class Writer:
             con.executemany(self._insert_event, work.events)
         if work.meta:
             con.executemany("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", work.meta)
-        self._delete_expired(con, work.now)
+        self._delete_expired(con, work)
 
-    def _delete_expired(self, con: sqlite3.Connection, now: float) -> None:
-        if EXPIRE_FIELD not in self.tables.records.names:
+    def _delete_expired(self, con: sqlite3.Connection, work: Work) -> None:
+        """Delete the rows whose expire_at <= work.now, if any can be due.
+
+        `_next_expiry` is a lower bound of the file's earliest expire_at (the
+        earliest after the last deletion, lowered by every row written since),
+        so most commits skip the three statements."""
+        column = self._expire_column
+        if column is None:
+            return
+        written = [row[column] for row in work.rows if row[column] is not None]
+        if written:
+            self._next_expiry = min(self._next_expiry, min(written))
+        if work.now < self._next_expiry:
             return
         due = f"SELECT id FROM records WHERE {EXPIRE_FIELD} <= ?"
         for name in self.tables.records.blobs:
-            con.execute(f"DELETE FROM {self.tables.blob_table(name)} WHERE id IN ({due})", (now,))
-        con.execute(f"DELETE FROM records WHERE {EXPIRE_FIELD} <= ?", (now,))
+            con.execute(
+                f"DELETE FROM {self.tables.blob_table(name)} WHERE id IN ({due})", (work.now,)
+            )
+        con.execute(f"DELETE FROM records WHERE {EXPIRE_FIELD} <= ?", (work.now,))
+        self._next_expiry = self._earliest_expiry(con)
+
+    def _earliest_expiry(self, con: sqlite3.Connection) -> float:
+        query = f"SELECT min({EXPIRE_FIELD}) FROM records WHERE {EXPIRE_FIELD} IS NOT NULL"
+        (earliest,) = con.execute(query).fetchone()
+        return math.inf if earliest is None else float(earliest)
 
     def _cap_events(self, con: sqlite3.Connection, held: int, newest: int) -> int:
         """Keep the newest `events_cap`, trimming once 10 % over (as the in-memory list);
@@ -277,6 +323,7 @@ class Writer:
         size_limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         if size_limit != resource.RLIM_INFINITY:
             room = min(room, size_limit - pages * self._page_size + reusable)
+        self._room, self._room_measured = room, time.monotonic()
         return room
 
     def checkpoint(self) -> None:

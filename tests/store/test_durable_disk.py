@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from store import QueueFull, StoreUnavailable
-from store.journal.writer import WAL_AUTOCHECKPOINT_PAGES
+from store.journal.writer import WAL_AUTOCHECKPOINT_PAGES, Work, Writer
 from store.memory import LocalStore
-from store.model import JobSpec, JobStatus, ResultReport, SubmitRequest
+from store.memory.durable import TABLES
+from store.memory.record import Record
+from store.model import JobKind, JobSpec, JobStatus, Priority, ResultReport, SubmitRequest
 from tests.helpers import assert_eventually
 from tests.store.conftest import MODEL, TENANT, claim_one, spec, submit_group, submit_one
 from tests.store.durable import FakeClock, count, journal_of, open_store, query, settings
@@ -299,3 +301,23 @@ async def test_the_directory_stops_growing_under_steady_traffic(tmp_path: Path) 
         assert count(tmp_path, "blob_payload") == 0
     finally:
         await store.close()
+
+
+def _finished(job_id: str, expire_at: float) -> Record:
+    return Record(job_id, TENANT, JobKind.SINGLE, JobStatus.COMPLETED, Priority.BATCH, "m",
+                  1.0, 1.0, expire_at=expire_at)  # fmt: skip
+
+
+def test_a_row_expiring_before_every_other_is_still_deleted_when_due(tmp_path: Path) -> None:
+    # commits skip the TTL deletes until the earliest expiry the file may
+    # hold; a row written later with an earlier one must lower that bound
+    writer = Writer(tmp_path, TABLES, "normal", events_cap=100)
+    writer.open()
+    try:
+        writer.commit(Work(rows=[TABLES.records.row(_finished("late", 1000.0))], now=100.0))
+        writer.commit(Work(rows=[TABLES.records.row(_finished("early", 500.0))], now=200.0))
+        writer.commit(Work(now=600.0))
+
+        assert query(tmp_path, "SELECT id FROM records") == [("late",)]
+    finally:
+        writer.close()
