@@ -23,6 +23,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from jobgate.client import is_terminal
 from jobgate.console import present
+from jobgate.console.bulk import BulkRetry
 from jobgate.console.problems import problem
 from jobgate.console.state import console_of, session_of
 from jobgate.console.streams import Update
@@ -102,6 +103,23 @@ async def _with_keepalive(
         await updates.aclose()
 
 
+async def bulk_stream(run: BulkRetry) -> AsyncIterator[str]:
+    """A bulk retry's progress as server-sent events, `end` after the finished one."""
+    while True:
+        changed = run.changed
+        progress = run.progress()
+        yield message("progress", progress)
+        # the progress sent, not the run now: it may have finished while the
+        # yield waited, and the last progress must show it finished
+        if progress["finished"]:
+            yield message("end", {})
+            return
+        try:
+            await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
+        except TimeoutError:
+            yield ": keep-alive\n\n"
+
+
 async def bulk_events(request: Request) -> Response:
     if (refused := _refusal(request)) is not None:
         return refused
@@ -109,17 +127,6 @@ async def bulk_events(request: Request) -> Response:
     run = console.bulk.get(request.path_params["run_id"], session_of(request).id)
     if run is None:
         return PlainTextResponse("no such bulk retry", 404)
-
-    async def stream() -> AsyncIterator[str]:
-        while True:
-            changed = run.changed
-            yield message("progress", run.progress())
-            if run.finished:
-                yield message("end", {})
-                return
-            try:
-                await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
-            except TimeoutError:
-                yield ": keep-alive\n\n"
-
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=_STREAM_HEADERS)
+    return StreamingResponse(
+        bulk_stream(run), media_type="text/event-stream", headers=_STREAM_HEADERS
+    )

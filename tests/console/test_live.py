@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx2
 
+from jobgate.console.bulk import BulkRetry
+from jobgate.console.events import bulk_stream
 from jobgate.v1 import job_pb2
 from tests.console.conftest import LiveFactory
 from tests.console.fake_gateway import FakeGatewayThread
@@ -194,3 +196,18 @@ def test_the_console_listens_on_a_tcp_socket_so_asyncio_sets_nodelay(
     assert servers and all(
         sock.proto == socket.IPPROTO_TCP for server in servers for sock in server.sockets
     )
+
+
+async def test_a_bulk_retry_that_finishes_while_its_progress_is_read_ends_on_the_finished_one() -> (
+    None
+):
+    run = BulkRetry("run", "session", ("a", "b"))
+    stream = bulk_stream(run)
+    assert '"finished": false' in await anext(stream)
+    run.retried, run.finished_at = 2, 1.0  # while the reader held the first progress
+    run.notify()
+
+    last = await anext(stream)
+
+    assert '"done": 2' in last and '"finished": true' in last
+    assert (await anext(stream)).startswith("event: end")
