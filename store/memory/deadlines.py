@@ -30,6 +30,11 @@ class Deadlines:
     def push(self, deadline: float, job_id: str, token: str = "") -> None:
         heapq.heappush(self._heap, (deadline, job_id, token))
 
+    def fill(self, entries: list[tuple[float, str, str]]) -> None:
+        """Add many (deadline, job id, token) entries at once (a restart): one heapify, O(n)."""
+        self._heap.extend(entries)
+        heapq.heapify(self._heap)
+
     def sweep(self, jobs: dict[str, Record], live: int) -> None:
         if len(self._heap) <= 2 * live + 1024:
             return

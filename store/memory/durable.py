@@ -163,6 +163,7 @@ def restore(
         if name in loaded.meta:
             setattr(state, name, decode(loaded.meta[name]))
     expired: list[str] = []
+    expiries: list[tuple[float, str, str]] = []
     slotted: list[Record] = []
     for record in loaded.records.values():
         expire_at = record.expire_at
@@ -173,13 +174,14 @@ def restore(
             if record.idempotency_key:
                 state.keys[(record.tenant, record.idempotency_key)] = record.id
             if expire_at is not None:
-                state.expiries.push(expire_at, record.id)
+                expiries.append((expire_at, record.id, ""))
         if record.status in LIVE_STATUSES and record.kind is not JobKind.GROUP:
             _restore_live(state, record)
             if record.status is not JobStatus.HELD:
                 slotted.append(record)
     for key in expired:
         del loaded.records[key]
+    state.expiries.fill(expiries)
     state.jobs = loaded.records
     state.index.fill(state.jobs.values())
     _restore_queues(state, slotted)

@@ -55,10 +55,16 @@ class Index:
         """Index `records` at once (a restart): one sort per run, not one insert per job."""
         status_keys: dict[StatusRun, list[IndexKey]] = {}
         model_keys: dict[ModelRun, list[IndexKey]] = {}
-        for record in records:
+        for record in records:  # a million at a restart: no setdefault's spare lists
             key = record_key(record)
-            status_keys.setdefault((record.tenant, record.status, record.kind), []).append(key)
-            model_keys.setdefault((record.tenant, record.model), []).append(key)
+            status_run = (record.tenant, record.status, record.kind)
+            if (keys := status_keys.get(status_run)) is None:
+                keys = status_keys[status_run] = []
+            keys.append(key)
+            model_run = (record.tenant, record.model)
+            if (keys := model_keys.get(model_run)) is None:
+                keys = model_keys[model_run] = []
+            keys.append(key)
         for status_run, keys in status_keys.items():
             self._run(self.status_runs, status_run).update(keys)
         for model_run, keys in model_keys.items():
