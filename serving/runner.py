@@ -34,7 +34,7 @@ from serving.recovery import Recovery, StoreProbe
 from serving.settings import Address, ServerSettings
 from serving.shared import Serving
 from store import StoreError, open_store
-from store.journal import DataDirRefused
+from store.journal import DataDirRefused, collector
 from store.protocol import Store
 
 log = logging.getLogger("jobgate.server")
@@ -158,24 +158,28 @@ class Process:
         # directory's load until what it loaded is frozen (_serve_started): the
         # first collections after it would walk every loaded job, up to three
         # times (once per generation), before the first call is answered.
-        paused = self._install and durable_dir(self.settings) is not None and gc.isenabled()
+        paused = self._install and durable_dir(self.settings) is not None
         self._collector_paused = paused
         if paused:
-            gc.disable()
+            collector.freeze_at_resume()
+            collector.pause()
         try:
             store = await open_configured_store(self.settings, changes)
         except BaseException:
-            if paused:
-                gc.enable()
+            self._resume_collector()
             raise
         store = count_store_errors(store, metrics)
         try:
             self.serving = Serving(self.settings, store, auth, metrics)
             return await self._serve(self.serving)
         finally:
-            if paused:
-                gc.enable()
+            self._resume_collector()
             await store.close()
+
+    def _resume_collector(self) -> None:
+        if self._collector_paused:
+            self._collector_paused = False
+            collector.resume()
 
     async def _serve(self, serving: Serving) -> int:
         try:
@@ -229,8 +233,7 @@ class Process:
             if durable_dir(self.settings) is None:
                 gc.collect()
             gc.freeze()
-            if self._collector_paused:  # since before a data directory's load (run)
-                gc.enable()
+            self._resume_collector()  # paused since before a data directory's load (run)
         self.started.set()
         stop_background = asyncio.Event()
         recovery = Recovery(serving.store, serving.metrics)

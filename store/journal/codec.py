@@ -242,6 +242,7 @@ class RowCodec(Generic[T]):
         self._get_columns = operator.attrgetter(*self.names)
         self._encoders = [(i, c.encode) for i, c in enumerate(columns) if c.encode is not None]
         self._blob_getters = [operator.attrgetter(name) for name in blobs]
+        self._order: tuple[str, ...] = tuple(order)
         self._build = self._compile_build(order)
 
     def _column_of(
@@ -261,16 +262,23 @@ class RowCodec(Generic[T]):
                 decode = _with_default_fast_path(decode, stored, make)
         return Column(item.name, sql_type, encode, decode, default_sql)
 
-    def _compile_build(self, order: Sequence[str]) -> Callable[[Sequence[Any], Sequence[bytes]], T]:
+    def _compile_build(
+        self,
+        order: Sequence[str],
+        blob_args: Mapping[str, str] | None = None,
+        constants: Mapping[str, Any] = {},
+    ) -> Callable[..., T]:
         """One positional constructor call per row, generated once (as dataclasses
         generates __init__): a load builds a million objects, and a loop over
-        the fields per row would triple its cost."""
-        namespace: dict[str, Any] = {"cls": self.cls}
+        the fields per row would triple its cost. `blob_args`: each blob
+        field's expression (default: its value in `fills`), over `constants`."""
+        namespace: dict[str, Any] = {"cls": self.cls, **constants}
         index = {name: i for i, name in enumerate(self.names)}
         args = []
         for name in order:
             if name not in index:
-                args.append(f"fills[{self.blobs.index(name)}]")
+                default = f"fills[{self.blobs.index(name)}]"
+                args.append(default if blob_args is None else blob_args[name])
                 continue
             column = self.columns[index[name]]
             if column.decode is None:
@@ -281,9 +289,10 @@ class RowCodec(Generic[T]):
             else:
                 namespace[f"decode_{name}"] = column.decode
                 args.append(f"decode_{name}(row[{index[name]}])")
-        source = f"def build(row, fills):\n    return cls({', '.join(args)})\n"
+        parameters = "row, fills" if blob_args is None else "row"
+        source = f"def build({parameters}):\n    return cls({', '.join(args)})\n"
         exec(source, namespace)  # the source is built above from field names only
-        build: Callable[[Sequence[Any], Sequence[bytes]], T] = namespace["build"]
+        build: Callable[..., T] = namespace["build"]
         return build
 
     def row(self, obj: T) -> tuple[Any, ...]:
@@ -306,11 +315,18 @@ class RowCodec(Generic[T]):
         """An object from a row in `names` order, every blob field set to `fill`."""
         return self._build(row, (fill,) * len(self.blobs))
 
-    def builder(self, fills: Mapping[str, bytes]) -> Callable[[Sequence[Any]], T]:
-        """`build` with each blob field set to its value in `fills` (b"" if absent)."""
-        values = tuple(fills.get(name, b"") for name in self.blobs)
-        build = self._build
-        return lambda row: build(row, values)
+    def joined_builder(self, joined: Sequence[str], fill: bytes) -> Callable[[Sequence[Any]], T]:
+        """An object from a row of `names` followed by the blob fields `joined`
+        (each b"" when NULL: a LEFT JOIN found no row); the other blob fields `fill`."""
+        at = len(self.names)
+        expressions = {
+            name: f"(row[{at + joined.index(name)}] or b'')" if name in joined else "fill"
+            for name in self.blobs
+        }
+        build: Callable[[Sequence[Any]], T] = self._compile_build(
+            self._order, expressions, {"fill": fill}
+        )
+        return build
 
     def key_of(self, obj: T) -> Any:
         key: Any = getattr(obj, self.key)

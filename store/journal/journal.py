@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from store.errors import QueueFull, StoreUnavailable
+from store.journal import collector, loading
 from store.journal.codec import Unloaded
 from store.journal.errors import DataDirRefused
 from store.journal.lock import DirLock
@@ -91,7 +92,7 @@ class Journal(Generic[S]):
         sync: str = "full",
         events_cap: int = 100_000,
         clock: Callable[[], float] = time.time,
-        lazy_blobs: LazyBlobs | None = None,
+        lazy_blobs: LazyBlobs = (),
         reserve: int = DEFAULT_RESERVE,
         lazy_delay: float = LAZY_DELAY,
         housekeeping_every: float = HOUSEKEEPING_EVERY,
@@ -105,7 +106,7 @@ class Journal(Generic[S]):
         self.housekeeping_every = housekeeping_every
         self.on_diverged: Callable[[], None] = lambda: None
         self._clock = clock
-        self._lazy_blobs: LazyBlobs = lazy_blobs or {}
+        self._lazy_blobs = frozenset(lazy_blobs)
         #: the writing connection's owner; every call to it runs on the journal's thread
         self.writer = Writer(directory, tables, sync, events_cap, checkpoint_every, max_pages)
         self._lock = DirLock(directory)
@@ -125,6 +126,7 @@ class Journal(Generic[S]):
         self._failure: StoreUnavailable | None = None
         self._room = 0
         self._pending_bytes = 0
+        self._collector_paused = False
 
     @property
     def commits(self) -> int:
@@ -143,17 +145,20 @@ class Journal(Generic[S]):
     # -- open, reload, close ---------------------------------------------------
 
     async def open(self, build: Callable[[Loaded], S]) -> S:
-        """Lock the directory, check and load the file, and `build` the owner's state
-        from it on the writer thread (a million records take seconds: the loop stays free).
+        """Lock the directory, check the file and `build` the owner's state from its
+        open records (store/journal/loading.py), on the writer thread; the finished
+        records follow through `load_closed`.
 
         DataDirRefused when the directory cannot be used (the message says why).
         """
         _prepared_directory(self.directory)
         self._lock.acquire()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="jobgate-journal")
+        collector.pause()  # until the finished records are in too (load_closed)
+        self._collector_paused = True
         try:
             await self._run(self.writer.open)
-            state: S = await self._run(lambda: self._built(build))
+            state: S = await self._run(lambda: self._built(build, everything=False))
             self._room = await self._run(self.writer.room)
             self._reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         except BaseException:
@@ -163,22 +168,56 @@ class Journal(Generic[S]):
         self._flusher = asyncio.create_task(self._flush_forever(), name="jobgate-journal-flush")
         return state
 
-    def _built(self, build: Callable[[Loaded], S]) -> S:
+    def _built(self, build: Callable[[Loaded], S], everything: bool) -> S:
         """`build(loaded)` with the collector paused: a load makes millions of objects
         and no cycles, and each collection meanwhile would walk all of them again
         (restoring a million jobs took twice as long with it running)."""
-        paused = gc.isenabled()
-        gc.disable()
-        try:
-            return build(self._load())
-        finally:
-            if paused:
-                gc.enable()
+        with collector.paused():
+            load = self.writer.load if everything else self.writer.load_open
+            loaded = load(self._lazy_blobs)
+            self._written_meta = {name: _json(value) for name, value in loaded.meta.items()}
+            return build(loaded)
 
-    def _load(self) -> Loaded:
-        loaded = self.writer.load(self._lazy_blobs)
-        self._written_meta = {name: _json(value) for name, value in loaded.meta.items()}
-        return loaded
+    async def load_closed(self, merge: Callable[[dict[Any, Any]], None]) -> int:
+        """Read the finished records (after `open`) on a thread of their own and
+        `merge` them chunk by chunk on the loop, answers running between chunks;
+        how many. Commits go on meanwhile: the reader has its own connection.
+        The owner keeps what it holds already over a row read here (memory is
+        newer), and drops what is past its TTL."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[dict[Any, Any] | BaseException | None] = asyncio.Queue()
+
+        def deliver(item: dict[Any, Any] | BaseException | None) -> None:
+            loop.call_soon_threadsafe(chunks.put_nowait, item)
+
+        def read() -> None:
+            try:
+                loading.read_closed(self.path, self.tables, self._lazy_blobs, deliver, stop)
+            except BaseException as error:  # told to the loop, raised there
+                deliver(error)
+            else:
+                deliver(None)
+
+        stop = threading.Event()
+        executor = ThreadPoolExecutor(1, thread_name_prefix="jobgate-journal-load")
+        count = 0
+        try:
+            executor.submit(read)
+            while (item := await chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise StoreUnavailable(f"cannot load the finished jobs: {item}") from item
+                merge(item)
+                count += len(item)
+        finally:
+            self._resume_collector()
+            stop.set()
+            executor.shutdown(wait=False)  # the reader stops at its next chunk
+        return count
+
+    def _resume_collector(self) -> None:
+        if self._collector_paused:
+            self._collector_paused = False
+            collector.resume()
 
     def attach(self, records: Mapping[Any, Any], meta: Callable[[], Mapping[str, Any]]) -> None:
         """Where sealing reads the marked records (by key) and the meta values (JSON-able;
@@ -187,8 +226,8 @@ class Journal(Generic[S]):
         self._meta = meta
 
     async def reload(self, build: Callable[[Loaded], S]) -> S:
-        """After a failed commit: the owner's state built again from the file."""
-        state: S = await self._run(lambda: self._built(build))
+        """After a failed commit: the owner's state built again from the whole file."""
+        state: S = await self._run(lambda: self._built(build, everything=True))
         return state
 
     def resume(self) -> None:
@@ -206,6 +245,7 @@ class Journal(Generic[S]):
         await self._shut_down()
 
     async def _shut_down(self) -> None:
+        self._resume_collector()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -2,8 +2,9 @@
 
 Tables, all derived from `RowCodec`s (store/journal/codec.py):
 - `records`: one row per record, one column per non-bytes field, keyed by
-  the codec's key, WITHOUT ROWID (the key is the only index it needs); a
-  partial index on `expire_at` finds what the TTL removes.
+  the codec's key, WITHOUT ROWID; a partial index on `expire_at` finds
+  what the TTL removes, another the records without one (what a restart
+  loads first).
 - `blob_<field>`: one table per bytes field (payload, result), one row per
   record whose value is not empty, so a row rewrite never copies a payload.
 - `events`: the audit trail, keyed by the event's number.
@@ -103,6 +104,12 @@ def _ddl(tables: Tables) -> list[str]:
             f"CREATE INDEX IF NOT EXISTS records_expiry ON records ({EXPIRE_FIELD}) "
             f"WHERE {EXPIRE_FIELD} IS NOT NULL"
         )
+        # the records a restart loads first (store/journal/writer.py load_open)
+        key = tables.records.key
+        statements.append(
+            f"CREATE INDEX IF NOT EXISTS records_open ON records ({key}) "
+            f"WHERE {EXPIRE_FIELD} IS NULL"
+        )
     for name in tables.records.blobs:
         statements.append(
             f"CREATE TABLE IF NOT EXISTS {tables.blob_table(name)} "
@@ -154,6 +161,29 @@ def _add_new_columns(con: sqlite3.Connection, table: str, codec: RowCodec[Any], 
             f"ALTER TABLE {table} ADD COLUMN {column.name} {column.sql_type} "
             f"DEFAULT {column.default_sql}"
         )
+
+
+def record_select(tables: Tables, where: str, joined: Sequence[str]) -> str:
+    """Every column of the records `where` holds, then the data of each blob
+    field in `joined` (NULL when the record has none): one query, the joins
+    done by SQLite rather than a lookup per record."""
+    codec = tables.records
+    columns = [f"r.{name}" for name in codec.names]
+    joins = []
+    for number, name in enumerate(joined):
+        columns.append(f"b{number}.data")
+        joins.append(
+            f"LEFT JOIN {tables.blob_table(name)} AS b{number} ON b{number}.id = r.{codec.key}"
+        )
+    return f"SELECT {', '.join(columns)} FROM records AS r {' '.join(joins)} WHERE {where}"
+
+
+def open_records(tables: Tables) -> tuple[str, str]:
+    """The conditions (on `r`) of the records a restart loads first (no expiry set: live
+    work and the groups it belongs to) and of the rest (finished, loaded behind them)."""
+    if EXPIRE_FIELD not in tables.records.names:
+        return "1", "0"
+    return f"r.{EXPIRE_FIELD} IS NULL", f"r.{EXPIRE_FIELD} IS NOT NULL"
 
 
 def insert_sql(table: str, names: Sequence[str], replace: bool = True) -> str:

@@ -24,12 +24,12 @@ import os
 import resource
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.journal.codec import UNLOADED
+from store.journal.loading import read_records
 from store.journal.schema import EXPIRE_FIELD, Tables, check_header, corrupt, insert_sql, prepare
 
 SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
@@ -42,8 +42,6 @@ ROOM_MEASURE_EVERY = 1.0
 ROW_BYTES = 1024
 WAL_AUTOCHECKPOINT_PAGES = 1000
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
-# Keys per `IN (...)` when the loader reads chosen blobs (under SQLite's 999 variables).
-LOAD_CHUNK = 500
 
 
 @dataclass
@@ -64,17 +62,17 @@ class Work:
 
 @dataclass
 class Loaded:
-    """What the file held at open: every record by key, the meta values, the newest events."""
+    """What the file held at open: records by key (the open ones, or all), the meta
+    values, the newest events."""
 
     records: dict[Any, Any]
     meta: dict[str, Any]
     events: list[Any]
 
 
-#: Blob fields the loader reads only for the records the predicate keeps; the
-#: others of these stay on disk as UNLOADED, read back on first use. A blob
-#: field not named is read for every record.
-LazyBlobs = Mapping[str, Callable[[Any], bool]]
+#: Blob fields a load leaves on disk (UNLOADED) for the finished records, read
+#: back on first use; open records get every blob (store/journal/loading.py).
+LazyBlobs = Collection[str]
 
 
 class Writer:
@@ -162,52 +160,27 @@ class Writer:
             raise RuntimeError("the journal writer is not open")
         return self._con
 
+    def load_open(self, lazy: LazyBlobs) -> Loaded:
+        """The open records (loading.py), the meta values and the newest `events_cap` events."""
+        return self._loaded(lazy, everything=False)
+
     def load(self, lazy: LazyBlobs) -> Loaded:
-        """Every record, the meta values and the newest `events_cap` events."""
+        """As load_open, with the finished records too (a reload after a failed commit)."""
+        return self._loaded(lazy, everything=True)
+
+    def _loaded(self, lazy: LazyBlobs, everything: bool) -> Loaded:
         try:
-            return self._load(lazy)
+            records: dict[Any, Any] = {}
+            for closed in (False, True) if everything else (False,):
+                for chunk in read_records(self.con, self.tables, closed=closed, lazy=lazy):
+                    records.update(chunk)
+            meta = {
+                name: json.loads(value)
+                for name, value in self.con.execute("SELECT name, value FROM meta")
+            }
+            return Loaded(records, meta, self._load_events())
         except sqlite3.DatabaseError as error:
             raise corrupt(self.path, str(error)) from None
-
-    def _load(self, lazy: LazyBlobs) -> Loaded:
-        codec = self.tables.records
-        build = codec.builder({name: UNLOADED for name in lazy})
-        records: dict[Any, Any] = {}
-        key_index = codec.names.index(codec.key)
-        for row in self.con.execute(f"SELECT {', '.join(codec.names)} FROM records"):
-            records[row[key_index]] = build(row)
-        for name in codec.blobs:
-            if name in lazy:
-                self._load_chosen_blobs(records, name, lazy[name])
-            else:
-                self._load_every_blob(records, name)
-        meta = {
-            name: json.loads(value)
-            for name, value in self.con.execute("SELECT name, value FROM meta")
-        }
-        events = self._load_events()
-        return Loaded(records, meta, events)
-
-    def _load_every_blob(self, records: dict[Any, Any], name: str) -> None:
-        for key, data in self.con.execute(f"SELECT id, data FROM {self.tables.blob_table(name)}"):
-            record = records.get(key)
-            if record is not None:
-                setattr(record, name, data)
-
-    def _load_chosen_blobs(
-        self, records: dict[Any, Any], name: str, keep: Callable[[Any], bool]
-    ) -> None:
-        """Blob `name` of the records `keep` chooses (b"" when it has no row)."""
-        wanted = [key for key, record in records.items() if keep(record)]
-        for key in wanted:
-            setattr(records[key], name, b"")
-        table = self.tables.blob_table(name)
-        for start in range(0, len(wanted), LOAD_CHUNK):
-            chunk = wanted[start : start + LOAD_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            query = f"SELECT id, data FROM {table} WHERE id IN ({marks})"
-            for key, data in self.con.execute(query, chunk):
-                setattr(records[key], name, data)
 
     def _load_events(self) -> list[Any]:
         codec = self.tables.events

@@ -6,14 +6,18 @@ meta values of `META` (state attributes no record holds). Which records a
 commit writes: those `Changes` names (store/memory/changes.py): the record
 and parent of every event, plus the few changes without an event.
 
-What is rebuilt at start (`restore`), never stored: the queues (QUEUED and
-PROCESSING jobs in their `seq` order, hidden while leased or backing off),
-the deadline heaps, the idempotency key map, the live and in-flight
-counters, ListJobs' indexes. Not kept at all: leadership and the worker registry. A lease that
-expired while the store was down is recovered by the next `recover`, as
-usual. Jobs past their TTL are dropped at load (and from the file by the
-next commit). Terminal jobs' payloads stay on disk (UNLOADED), read back
-only if one is claimed again.
+What is rebuilt at start (`restore`, `Backfill`), never stored: the queues
+(QUEUED and PROCESSING jobs in their `seq` order, hidden while leased or
+backing off), the deadline heaps, the idempotency key map, the live and
+in-flight counters, ListJobs' indexes. Not kept at all: leadership and the
+worker registry. A lease that expired while the store was down is recovered
+by the next `recover`, as usual. Jobs past their TTL are dropped at load
+(and from the file by the next commit). Terminal jobs' payloads stay on
+disk (UNLOADED), read back only if one is claimed again.
+
+A start in two steps (store/journal/loading.py): the open records first,
+and the store answers; the finished ones merged behind (`Backfill`), while
+the calls that may need one wait for them (LocalEngine `_finished_loaded`).
 
 Adding state: a new Record field persists with no code; a new transition
 too, as long as it emits an event or calls `changes.touched`; a new
@@ -84,13 +88,9 @@ class JournalChanges(Changes):
         return self.journal.blob(record, "payload")
 
 
-def _live(record: Record) -> bool:
-    return record.status in LIVE_STATUSES
-
-
-#: Every result is loaded; payloads of live jobs only (the others are never
-#: read, unless a finished job is retried: then from the file).
-LAZY_BLOBS = {"payload": _live}
+#: Finished jobs' payloads stay on disk (never read, unless one is retried:
+#: then from the file); every result is loaded.
+LAZY_BLOBS = ("payload",)
 
 
 def bytes_needed(requests: Sequence[SubmitRequest]) -> int:
@@ -152,41 +152,65 @@ def restore(
 ) -> State:
     """A State from what the file held: records as they were, indexes rebuilt.
 
-    One pass over the records (a million at most take a second): a finished
-    job only names its key and its expiry; a live one is counted, gets its
-    deadlines and, queued or leased, its place in its queue.
+    At a start `loaded` holds the open records (live work and its groups) and
+    the finished ones follow through `Backfill`; after a failed commit it
+    holds every record.
     """
     state = State(settings, clock, changes)
-    now = clock()
     _check_fair_share(settings, loaded.meta)
     for name, (_, decode) in _META_CODECS.items():
         if name in loaded.meta:
             setattr(state, name, decode(loaded.meta[name]))
-    expired: list[str] = []
-    expiries: list[tuple[float, str, str]] = []
-    slotted: list[Record] = []
-    for record in loaded.records.values():
-        expire_at = record.expire_at
-        if expire_at is not None and expire_at <= now:
-            expired.append(record.id)  # the next commit deletes its row
-            continue
-        if not record.parent_id:
-            if record.idempotency_key:
-                state.keys[(record.tenant, record.idempotency_key)] = record.id
-            if expire_at is not None:
-                expiries.append((expire_at, record.id, ""))
-        if record.status in LIVE_STATUSES and record.kind is not JobKind.GROUP:
-            _restore_live(state, record)
-            if record.status is not JobStatus.HELD:
-                slotted.append(record)
-    for key in expired:
-        del loaded.records[key]
-    state.expiries.fill(expiries)
-    state.jobs = loaded.records
-    state.index.fill(state.jobs.values())
-    _restore_queues(state, slotted)
+    state.jobs = {}
+    backfill = Backfill(state)
+    backfill.add(loaded.records)
+    backfill.done()
     _restore_events(state, loaded.events)
     return state
+
+
+class Backfill:
+    """Records merged into a restored state, chunk by chunk (the finished jobs a
+    start loads behind the first answers); `done` once all are in.
+
+    One pass per chunk: a record the state holds already is kept (memory is
+    newer than what a reader saw), one past its TTL is skipped (the next
+    commit deletes its row); a finished one only names its key and gets its
+    expiry (pushed by `done`, one heapify); a live one is counted, gets its
+    deadlines and, queued or leased, its place in its queue.
+    """
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._expiries: list[tuple[float, str, str]] = []
+
+    def add(self, records: dict[str, Record]) -> None:
+        state = self.state
+        now = state.clock()
+        jobs = state.jobs
+        added: list[Record] = []
+        slotted: list[Record] = []
+        for key, record in records.items():
+            expire_at = record.expire_at
+            if key in jobs or (expire_at is not None and expire_at <= now):
+                continue
+            jobs[key] = record
+            added.append(record)
+            if not record.parent_id:
+                if record.idempotency_key:
+                    state.keys.setdefault((record.tenant, record.idempotency_key), record.id)
+                if expire_at is not None:
+                    self._expiries.append((expire_at, record.id, ""))
+            if record.status in LIVE_STATUSES and record.kind is not JobKind.GROUP:
+                _restore_live(state, record)
+                if record.status is not JobStatus.HELD:
+                    slotted.append(record)
+        state.index.fill(added)
+        _restore_queues(state, slotted)
+
+    def done(self) -> None:
+        self.state.expiries.fill(self._expiries)
+        self._expiries = []
 
 
 def _restore_live(state: State, record: Record) -> None:
@@ -215,7 +239,7 @@ def _restore_queues(state: State, slotted: list[Record]) -> None:
         if record.status is JobStatus.PROCESSING or record.ready_at > 0:
             queue.take(record.id)  # leased, or waiting out a retry back-off
     fifo = [int(record.seq) for record in slotted if record.weight <= 0]
-    state.seq = max([state.seq, *fifo])
+    state.seq = max([state.seq, *fifo])  # unchanged by an empty chunk
 
 
 def _restore_events(state: State, events: list[JobEvent]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
@@ -59,6 +60,8 @@ from store.model import (
 )
 from store.policy import Verdict
 
+log = logging.getLogger(__name__)
+
 # In-process wake-ups are never lost: a wait needs no safety re-check.
 _NO_RECHECK = 3600.0
 
@@ -83,6 +86,10 @@ class LocalEngine(Operators):
         self._clock = clock
         self._journal = journal
         self._reloading: asyncio.Task[None] | None = None
+        # While a start loads the finished jobs behind the open ones: resolved once
+        # they are in (or failed: StoreUnavailable); None when nothing is loading.
+        self._finished: asyncio.Future[None] | None = None
+        self._backfill: asyncio.Task[None] | None = None
         self.state = State(settings, clock, self._changes())
         self.fleet = LocalFleet(self.state, self._check_open)
         self._closed = False
@@ -110,9 +117,12 @@ class LocalEngine(Operators):
         if self._journal is not None:
             self._restored(await self._journal.open(self._restore))
             self._journal.on_diverged = self._reload
+            self._finished = asyncio.get_running_loop().create_future()
+            self._backfill = asyncio.create_task(self._load_finished(), name="jobgate-backfill")
 
     async def close(self) -> None:
         self._closed = True
+        await self._stop_backfill(StoreUnavailable("the store is closed"))
         self._wake()
         if self._journal is not None:
             await self._journal.close()
@@ -146,11 +156,70 @@ class LocalEngine(Operators):
     async def _reload_now(self) -> None:
         assert self._journal is not None
         try:
+            await self._stop_backfill(None)  # the reload reads every record
             self._restored(await self._journal.reload(self._restore))
             self._journal.resume()
         finally:
             self._reloading = None
         self._waiters.wake_all()  # claims and watches read the rebuilt state
+
+    async def fully_loaded(self) -> None:
+        """Return once a start has loaded every record, the finished ones too."""
+        await self._finished_loaded(every=True)
+
+    async def _load_finished(self) -> None:
+        """The finished jobs, merged behind the open ones a start loaded."""
+        assert self._journal is not None and self._finished is not None
+        backfill, finished = durable.Backfill(self.state), self._finished
+        started = time.monotonic()
+        try:
+            count = await self._journal.load_closed(backfill.add)
+            backfill.done()
+        except StoreUnavailable as error:
+            log.error("%s; calls that need a finished job answer UNAVAILABLE", error)
+            finished.set_exception(error)
+            finished.exception()  # retrieved: there may be no waiter
+            return
+        log.info("loaded %d finished jobs in %.1f s", count, time.monotonic() - started)
+        self._finished = None
+        finished.set_result(None)
+
+    async def _stop_backfill(self, failure: StoreUnavailable | None) -> None:
+        """Stop loading finished jobs; their waiters get `failure` (None: go on)."""
+        task, finished = self._backfill, self._finished
+        self._backfill = self._finished = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if finished is not None and not finished.done():
+            if failure is None:
+                finished.set_result(None)
+            else:
+                finished.set_exception(failure)
+                finished.exception()
+
+    async def _finished_loaded(
+        self,
+        job_ids: Iterable[str] = (),
+        keys: Iterable[tuple[str, str]] = (),
+        every: bool = False,
+    ) -> None:
+        """While a start still loads finished jobs, wait for them unless the call
+        needs none: every job it names is in memory, every idempotency key it
+        brings is known (an unknown one may be a finished job's). `every`: it
+        reads them all (ListJobs). StoreUnavailable if they cannot be loaded."""
+        finished = self._finished
+        if finished is None:
+            return
+        state = self.state
+        if (
+            not every
+            and all(job_id in state.jobs for job_id in job_ids)
+            and all(key in state.keys for key in keys)
+        ):
+            return
+        await asyncio.shield(finished)
 
     async def ping(self) -> None:
         self._check_open()
@@ -158,9 +227,11 @@ class LocalEngine(Operators):
     # -- tenant-facing -------------------------------------------------------
 
     async def submit(self, request: SubmitRequest) -> SubmitResult:
+        key = request.idempotency_key
+        if key:
+            await self._finished_loaded(keys=[(request.tenant, key)])
         self._check_open()
         now = self.state.clock()
-        key = request.idempotency_key
         # Only a keyed request is ever compared, so only it pays for the digest.
         fingerprint = request.fingerprint() if key else ""
         if key:
@@ -179,6 +250,8 @@ class LocalEngine(Operators):
         return SubmitResult(self.state.snapshot(record), reused=False)
 
     async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+        keys = [(each.tenant, each.idempotency_key) for each in requests if each.idempotency_key]
+        await self._finished_loaded(keys=keys)
         self._check_open()
         now = self.state.clock()
         plan = submits.plan_batch(self.state, requests, now)  # every check first: all or nothing
@@ -202,14 +275,17 @@ class LocalEngine(Operators):
         ]
 
     async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
+        await self._finished_loaded([job_id])
         self._check_open()
         return self.state.snapshot(self.state.visible_record(tenant, job_id))
 
     async def payload(self, tenant: str | None, job_id: str) -> bytes:
+        await self._finished_loaded([job_id])
         self._check_open()
         return self.state.changes.payload(self.state.visible_record(tenant, job_id))
 
     async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
+        await self._finished_loaded([job_id])
         self._check_open()
         record = self.state.visible_record(tenant, job_id)
         return [self.state.snapshot(self.state.jobs[child]) for child in record.children]
@@ -217,6 +293,7 @@ class LocalEngine(Operators):
     async def cancel(
         self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
     ) -> CancelResult:
+        await self._finished_loaded([job_id])
         self._check_open()
         now = self.state.clock()
         record = self.state.visible_record(tenant, job_id)
@@ -237,6 +314,7 @@ class LocalEngine(Operators):
         return self._waiters.count(f"r {model}")
 
     async def release(self, leases: Sequence[ClaimedJob]) -> int:
+        await self._finished_loaded([item.job.id for item in leases])
         self._check_open()
         now = self.state.clock()
         released = 0
@@ -255,6 +333,7 @@ class LocalEngine(Operators):
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
     ) -> HeartbeatResult:
+        await self._finished_loaded([job_id])
         self._check_open()
         now = self.state.clock()
         record = self.state.record_of(job_id)
@@ -280,6 +359,7 @@ class LocalEngine(Operators):
     async def record_result(
         self, job_id: str, lease_id: str, report: ResultReport
     ) -> ResultRecorded:
+        await self._finished_loaded([job_id])
         self._check_open()
         now = self.state.clock()
         record = self.state.record_of(job_id)
@@ -321,7 +401,9 @@ class LocalEngine(Operators):
         results: Sequence[tuple[str, str, ResultReport]],
         max_jobs: int,
     ) -> ReportedAndClaimed:
-        # One step: nothing here awaits, so no other call runs in between.
+        await self._finished_loaded([job_id for job_id, _, _ in results])
+        # One step: nothing below suspends (record_result's wait above is over),
+        # so no other call runs in between.
         answers = []
         for job_id, lease_id, report in results:
             try:

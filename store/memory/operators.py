@@ -7,6 +7,8 @@ small: each call checks the store is open, runs whole on the event loop
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from store.memory import listing, redrive
 from store.memory.state import State
 from store.model import Job, JobFilter, JobPage, ListCursor
@@ -23,13 +25,23 @@ class Operators:
     def _wake(self, *job_ids: str) -> None:
         raise NotImplementedError  # LocalEngine's
 
+    async def _finished_loaded(
+        self,
+        job_ids: Iterable[str] = (),
+        keys: Iterable[tuple[str, str]] = (),
+        every: bool = False,
+    ) -> None:
+        raise NotImplementedError  # LocalEngine's
+
     async def list_jobs(
         self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int
     ) -> JobPage:
+        await self._finished_loaded(every=True)
         self._check_open()
         return listing.list_jobs(self.state, tenant, query, after, page_size)
 
     async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+        await self._finished_loaded([job_id])
         self._check_open()
         record = self.state.visible_record(tenant, job_id)
         with self.state.acting(actor):

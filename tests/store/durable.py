@@ -35,14 +35,18 @@ async def open_store(
     store_settings: StoreSettings | None = None,
     clock: Any = None,
     data_sync: str = "normal",
+    loaded: bool = True,
     **knobs: Any,
 ) -> LocalStore:
-    """A durable LocalStore on `directory`, opened (sync normal: tests need no fsync)."""
+    """A durable LocalStore on `directory`, opened (sync normal: tests need no fsync);
+    `loaded`: once its finished jobs are in too (tests that read the state itself)."""
     extra: dict[str, Any] = {} if clock is None else {"clock": clock}
     store = LocalStore(
         store_settings or StoreSettings(), data_dir=directory, data_sync=data_sync, **extra, **knobs
     )
     await store.open()
+    if loaded:
+        await store.engine.fully_loaded()
     return store
 
 

@@ -1,0 +1,213 @@
+"""A restart in two steps: live work answers first, the finished jobs are merged behind it.
+
+The finished jobs' load is held (`held_backfill`) at the reopen, so each
+test sees the store between the two steps for as long as it needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import StoreUnavailable
+from store.journal import loading
+from store.memory import LocalStore
+from store.model import JobFilter, JobStatus, Priority, ResultReport, SubmitRequest
+from tests.store.conftest import TENANT, claim_one, spec, submit_one
+from tests.store.durable import open_store
+
+
+class HeldBackfill:
+    """While held, the finished records' reader waits for `release` before it reads anything."""
+
+    def __init__(self) -> None:
+        self._released = threading.Event()
+        self._released.set()
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait(self) -> None:
+        self._released.wait(30)
+
+
+@pytest.fixture
+def held_backfill(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldBackfill]:
+    held = HeldBackfill()
+    read_closed = loading.read_closed
+
+    def waiting(*args: Any) -> None:
+        held.wait()
+        read_closed(*args)
+
+    monkeypatch.setattr(loading, "read_closed", waiting)
+    yield held
+    held.release()  # a test that failed early leaves no thread waiting
+
+
+async def _complete_next(store: LocalStore) -> str:
+    """Claims the next queued job and completes it."""
+    claimed = await claim_one(store)
+    report = ResultReport(JobStatus.COMPLETED, b"ok")
+    await store.record_result(claimed.job.id, claimed.lease_id, report)
+    return claimed.job.id
+
+
+async def _completed_job(store: LocalStore, key: str = "") -> str:
+    job = await submit_one(store, key=key)
+    completed = await _complete_next(store)
+    assert completed == job.id
+    return job.id
+
+
+async def _pending(call: Any) -> asyncio.Task[Any]:
+    """`call` as a task, once it has run as far as it can (it waits on something)."""
+    task: asyncio.Task[Any] = asyncio.ensure_future(call)
+    for _ in range(20):  # a call that needs nothing loaded finishes within a few steps
+        await asyncio.sleep(0)
+    return task
+
+
+async def test_a_queued_job_is_answered_before_the_finished_jobs_are_loaded(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store)
+    queued = await submit_one(store)
+    await store.close()
+
+    held_backfill.hold()
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        got = await store.get(TENANT, queued.id)
+        claimed = await claim_one(store)
+        finished = await _pending(store.get(TENANT, done))
+        waited = finished.done()
+        held_backfill.release()
+        completed = await finished
+    finally:
+        await store.close()
+
+    assert got.status is JobStatus.QUEUED
+    assert claimed.job.id == queued.id
+    assert not waited
+    assert completed.status is JobStatus.COMPLETED
+
+
+async def test_a_keyed_submit_waits_for_the_finished_job_that_holds_its_key(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store, key="nightly")
+    await store.close()
+
+    held_backfill.hold()
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        request = SubmitRequest(
+            tenant=TENANT, work=spec(), priority=Priority.BATCH, idempotency_key="nightly"
+        )
+        submitted = await _pending(store.submit(request))
+        waited = submitted.done()
+        held_backfill.release()
+        result = await submitted
+    finally:
+        await store.close()
+
+    assert not waited
+    assert result.reused and result.job.id == done
+
+
+async def test_listing_waits_for_the_finished_jobs(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store)
+    queued = await submit_one(store)
+    await store.close()
+
+    held_backfill.hold()
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        listed = await _pending(store.list_jobs(TENANT, JobFilter(), None, 10))
+        waited = listed.done()
+        held_backfill.release()
+        page = await listed
+    finally:
+        await store.close()
+
+    assert not waited
+    assert [job.id for job in page.jobs] == [queued.id, done]
+
+
+async def test_finished_jobs_that_cannot_be_read_answer_unavailable_and_live_ones_still_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store)
+    queued = await submit_one(store)
+    await store.close()
+
+    def broken(*args: Any) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(loading, "read_closed", broken)
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        with pytest.raises(StoreUnavailable, match="finished jobs"):
+            await store.get(TENANT, done)
+        live = await store.get(TENANT, queued.id)
+    finally:
+        await store.close()
+
+    assert live.status is JobStatus.QUEUED
+
+
+async def test_a_call_waiting_for_the_finished_jobs_gets_unavailable_when_the_store_closes(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store)
+    await store.close()
+
+    held_backfill.hold()
+    store = await open_store(tmp_path, loaded=False)
+    finished = await _pending(store.get(TENANT, done))
+    await store.close()
+
+    with pytest.raises(StoreUnavailable):
+        await finished
+
+
+async def test_a_job_that_finishes_while_the_finished_jobs_load_is_listed_once(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    store = await open_store(tmp_path)
+    await _completed_job(store)
+    queued = await submit_one(store)
+    await store.close()
+
+    held_backfill.hold()
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        finishing = await _complete_next(store)  # in memory, now finished in the file too
+        held_backfill.release()  # the reader's snapshot holds it finished too
+        await store.engine.fully_loaded()
+        page = await store.list_jobs(TENANT, JobFilter(), None, 10)
+        job = await store.get(TENANT, finishing)
+    finally:
+        await store.close()
+
+    assert finishing == queued.id
+    assert [listed.id for listed in page.jobs].count(finishing) == 1
+    assert len(page.jobs) == 2
+    assert job.status is JobStatus.COMPLETED
