@@ -183,7 +183,9 @@ def open_records(tables: Tables) -> tuple[str, str]:
     work and the groups it belongs to) and of the rest (finished, loaded behind them)."""
     if EXPIRE_FIELD not in tables.records.names:
         return "1", "0"
-    return f"r.{EXPIRE_FIELD} IS NULL", f"r.{EXPIRE_FIELD} IS NOT NULL"
+    # The unary + keeps SQLite off records_expiry for the finished ones: most of the
+    # table, which a scan reads faster than a key lookup per row (900k: 5.5 -> 5.2 s).
+    return f"r.{EXPIRE_FIELD} IS NULL", f"+r.{EXPIRE_FIELD} IS NOT NULL"
 
 
 def insert_sql(table: str, names: Sequence[str], replace: bool = True) -> str:
