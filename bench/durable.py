@@ -99,6 +99,7 @@ class Restart:
     bytes_per_queued_job: float
     directory_bytes: int
     seconds: float  # start of the serve process to the first answered Get
+    finished_seconds: float  # ... to the first answered Get of a COMPLETED job
 
 
 def _directory_bytes(directory: Path) -> int:
@@ -123,10 +124,11 @@ async def _submit(store: LocalStore, model: str, jobs: int) -> str:
     return last
 
 
-async def _complete(store: LocalStore, jobs: int) -> None:
-    """Claim DONE_MODEL's jobs and give each its result, many calls sharing commits."""
+async def _complete(store: LocalStore, jobs: int) -> str:
+    """Claim DONE_MODEL's jobs and give each its result, many calls sharing commits;
+    the last one's id."""
     report = ResultReport(JobStatus.COMPLETED, b"done")
-    done = 0
+    done, last = 0, ""
     while done < jobs:
         claims = await asyncio.gather(
             *(store.claim("bench-fill", [DONE_MODEL], max_jobs=64) for _ in range(4))
@@ -138,10 +140,12 @@ async def _complete(store: LocalStore, jobs: int) -> None:
             *(store.record_result(item.job.id, item.lease_id, report) for item in claimed)
         )
         done += len(claimed)
+        last = claimed[-1].job.id
+    return last
 
 
-async def fill(directory: Path, queued: int, completed: int) -> tuple[str, float]:
-    """Fill `directory`; (a queued job's id, bytes per queued job)."""
+async def fill(directory: Path, queued: int, completed: int) -> tuple[str, str, float]:
+    """Fill `directory`; (a queued job's id, a completed one's, bytes per queued job)."""
     store = _store(directory)
     await store.open()
     try:
@@ -153,14 +157,28 @@ async def fill(directory: Path, queued: int, completed: int) -> tuple[str, float
     await store.open()
     try:
         await _submit(store, DONE_MODEL, completed)
-        await _complete(store, completed)
+        done_id = await _complete(store, completed)
     finally:
         await store.close()
-    return job_id, per_queued
+    return job_id, done_id, per_queued
 
 
-def time_to_first_get(directory: Path, job_id: str, timeout: float = 120.0) -> float:
-    """Seconds from starting `serve --data-dir directory` to its first answered Get of job_id."""
+def _until_answered(client: SyncJobClient, job_id: str, started: float, timeout: float) -> float:
+    while True:
+        try:
+            client.get(job_id)
+            return time.monotonic() - started
+        except Exception:  # not answering yet (UNAVAILABLE while it loads)
+            if time.monotonic() - started > timeout:
+                raise
+            time.sleep(0.01)
+
+
+def time_to_answers(
+    directory: Path, queued_id: str, done_id: str, timeout: float = 120.0
+) -> tuple[float, float]:
+    """Seconds from starting `serve --data-dir directory` to its first answered Get of
+    the queued job, then of the completed one (which waits for the finished jobs' load)."""
     settings = {**servers.COMMON_SETTINGS, "data-dir": str(directory), "data-sync": "normal"}
     server = JobgateServer("serve", directory.parent / "serve.log", settings)
     started = time.monotonic()
@@ -168,14 +186,8 @@ def time_to_first_get(directory: Path, job_id: str, timeout: float = 120.0) -> f
     try:
         server.wait_announced(timeout)
         with SyncJobClient(server.address("job")) as client:
-            while True:
-                try:
-                    client.get(job_id)
-                    return time.monotonic() - started
-                except Exception:  # not answering yet (UNAVAILABLE while it loads)
-                    if time.monotonic() - started > timeout:
-                        raise
-                    time.sleep(0.01)
+            first = _until_answered(client, queued_id, started, timeout)
+            return first, _until_answered(client, done_id, started, timeout)
     finally:
         server.terminate(timeout=30)
 
@@ -184,11 +196,11 @@ def restart(queued: int, completed: int) -> Restart:
     with tempfile.TemporaryDirectory(prefix="jobgate-bench-restart-") as workdir:
         directory = Path(workdir) / "data"
         started = time.monotonic()
-        job_id, per_queued = asyncio.run(fill(directory, queued, completed))
+        queued_id, done_id, per_queued = asyncio.run(fill(directory, queued, completed))
         filled = time.monotonic() - started
         size = _directory_bytes(directory)
-        seconds = time_to_first_get(directory, job_id)
-        return Restart(queued, completed, filled, per_queued, size, seconds)
+        first, finished = time_to_answers(directory, queued_id, done_id)
+        return Restart(queued, completed, filled, per_queued, size, first, finished)
 
 
 def _rates(sitting: Sitting, mode: str, producer: str) -> str:
@@ -228,16 +240,20 @@ def throughput_lines(sitting: Sitting, sizes: Sizes, repeats: int, fsyncs: float
 def restart_lines(rows: list[Restart]) -> list[str]:
     body = [[f"{row.queued:,}", f"{row.completed:,}", f"{row.directory_bytes / 2**20:.0f}",
              f"{row.bytes_per_queued_job:.0f}", f"{row.fill_seconds:.0f}", f"{row.seconds:.2f}",
-             "within" if row.seconds < RESTART_BOUND else "**OVER**"]
+             "within" if row.seconds < RESTART_BOUND else "**OVER**",
+             f"{row.finished_seconds:.2f}"]
             for row in rows]  # fmt: skip
     header = ["QUEUED jobs", "COMPLETED jobs", "directory MiB", "bytes on disk per queued job",
-              "fill s", "restart to first Get s", f"bound {RESTART_BOUND:.0f} s"]  # fmt: skip
+              "fill s", "restart to first Get s", f"bound {RESTART_BOUND:.0f} s",
+              "restart to a COMPLETED job's Get s"]  # fmt: skip
     return ["## 19. Restart of the durable embedded store, and bytes on disk (1 KiB payloads)",
             "", *table(header, body), "",
             "The directory is filled through the store itself (bench/durable.py `fill`): the "
             "queued jobs first (the directory's size then, over their number, is bytes per "
             "queued job: row, payload, audit event and SQLite's pages), then the completed "
             "ones, submitted, claimed and given a result. The restart time runs from starting "
-            "the `serve` process (Python's start-up included) to the first Get it answers; "
-            "serve loads every live record and the finished jobs' keys and expiries, and "
-            "makes no full integrity check.", ""]  # fmt: skip
+            "the `serve` process (Python's start-up included) to the first Get it answers, "
+            "of a queued job; serve loads the live records first and answers on them, then "
+            "merges the finished ones behind (docs/durable-store.md, \"A start in two "
+            "steps\"): the last column is the first answered Get of a completed job, which "
+            "waits for that. No full integrity check is made.", ""]  # fmt: skip
