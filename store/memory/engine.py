@@ -206,20 +206,26 @@ class LocalEngine(Operators):
         every: bool = False,
     ) -> None:
         """While a start still loads finished jobs, wait for them unless the call
-        needs none: every job it names is in memory, every idempotency key it
-        brings is known (an unknown one may be a finished job's). `every`: it
-        reads them all (ListJobs). StoreUnavailable if they cannot be loaded."""
+        needs none: every job it names is in memory with its children (a
+        finished group's may come in a later chunk than the parent), every
+        idempotency key it brings is known and its job so (an unknown key may
+        be a finished job's). `every`: it reads them all (ListJobs). StoreUnavailable if they
+        cannot be loaded."""
         finished = self._finished
         if finished is None:
             return
-        state = self.state
         if (
             not every
-            and all(job_id in state.jobs for job_id in job_ids)
-            and all(key in state.keys for key in keys)
+            and all(self._in_memory(job_id) for job_id in job_ids)
+            and all(self._in_memory(self.state.keys.get(key, "")) for key in keys)
         ):
             return
         await asyncio.shield(finished)
+
+    def _in_memory(self, job_id: str) -> bool:
+        jobs = self.state.jobs
+        record = jobs.get(job_id)
+        return record is not None and all(child in jobs for child in record.children)
 
     async def ping(self) -> None:
         self._check_open()

@@ -18,8 +18,8 @@ import pytest
 from store import StoreUnavailable
 from store.journal import loading
 from store.memory import LocalStore
-from store.model import JobFilter, JobStatus, Priority, ResultReport, SubmitRequest
-from tests.store.conftest import TENANT, claim_one, spec, submit_one
+from store.model import GroupSpec, JobFilter, JobStatus, Priority, ResultReport, SubmitRequest
+from tests.store.conftest import TENANT, claim_one, spec, submit_group, submit_one
 from tests.store.durable import open_store
 
 
@@ -27,6 +27,7 @@ class HeldBackfill:
     """While held, the finished records' reader waits for `release` before it reads anything."""
 
     def __init__(self) -> None:
+        self.parent = ""  # parent_first's group
         self._released = threading.Event()
         self._released.set()
 
@@ -211,3 +212,98 @@ async def test_a_job_that_finishes_while_the_finished_jobs_load_is_listed_once(
     assert [listed.id for listed in page.jobs].count(finishing) == 1
     assert len(page.jobs) == 2
     assert job.status is JobStatus.COMPLETED
+
+
+@pytest.fixture
+def parent_first(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldBackfill]:
+    """The finished records' reader delivers a group's parent (job id in `.parent`)
+    alone, then holds its children until released."""
+    held = HeldBackfill()
+    read_closed = loading.read_closed
+
+    def reading(*args: Any) -> None:
+        path, tables, lazy, deliver, stop = args
+
+        def split(records: dict[Any, Any]) -> None:
+            if held.parent in records:
+                deliver({held.parent: records.pop(held.parent)})
+                held.wait()
+            deliver(records)
+
+        read_closed(path, tables, lazy, split, stop)
+
+    monkeypatch.setattr(loading, "read_closed", reading)
+    yield held
+    held.release()
+
+
+async def _finished_group(tmp_path: Path, held: HeldBackfill, key: str = "") -> LocalStore:
+    """A store reopened on a finished group of two whose parent is merged, its children not."""
+    store = await open_store(tmp_path)
+    group = await submit_group(store, 2, key=key)
+    await _complete_next(store)
+    await _complete_next(store)
+    await store.close()
+    held.parent = group.id
+    held.hold()
+    store = await open_store(tmp_path, loaded=False)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while group.id not in store.engine.state.jobs:  # merged on the loop after delivery
+        assert loop.time() < deadline, "the parent was never merged"
+        await asyncio.sleep(0.01)
+    return store
+
+
+async def test_a_finished_groups_get_waits_for_children_loaded_after_it(
+    tmp_path: Path, parent_first: HeldBackfill
+) -> None:
+    store = await _finished_group(tmp_path, parent_first)
+    try:
+        got = await _pending(store.get(TENANT, parent_first.parent))
+        waited = got.done()
+        parent_first.release()
+        group = await got
+    finally:
+        await store.close()
+
+    assert not waited
+    assert [child.status for child in group.children] == [JobStatus.COMPLETED] * 2
+
+
+async def test_a_finished_groups_children_are_listed_once_loaded(
+    tmp_path: Path, parent_first: HeldBackfill
+) -> None:
+    store = await _finished_group(tmp_path, parent_first)
+    try:
+        listed = await _pending(store.list_children(TENANT, parent_first.parent))
+        waited = listed.done()
+        parent_first.release()
+        children = await listed
+    finally:
+        await store.close()
+
+    assert not waited
+    assert [child.status for child in children] == [JobStatus.COMPLETED] * 2
+
+
+async def test_a_keyed_submit_of_a_finished_group_waits_for_its_children(
+    tmp_path: Path, parent_first: HeldBackfill
+) -> None:
+    store = await _finished_group(tmp_path, parent_first, key="weekly")
+    try:
+        request = SubmitRequest(
+            tenant=TENANT,
+            work=GroupSpec(children=tuple(spec(payload=f"child {i}".encode()) for i in range(2))),
+            priority=Priority.BATCH,
+            idempotency_key="weekly",
+        )
+        submitted = await _pending(store.submit(request))
+        waited = submitted.done()
+        parent_first.release()
+        result = await submitted
+    finally:
+        await store.close()
+
+    assert not waited
+    assert result.reused and len(result.job.children) == 2
