@@ -52,7 +52,7 @@ from store.journal.codec import Unloaded
 from store.journal.errors import DataDirRefused
 from store.journal.lock import DirLock
 from store.journal.schema import Tables
-from store.journal.writer import LazyBlobs, Loaded, Work, Writer
+from store.journal.writer import Companions, LazyBlobs, Loaded, Work, Writer, no_companions
 
 S = TypeVar("S")  # what the owner builds from a Loaded (its state)
 
@@ -93,6 +93,7 @@ class Journal(Generic[S]):
         events_cap: int = 100_000,
         clock: Callable[[], float] = time.time,
         lazy_blobs: LazyBlobs = (),
+        companions: Companions = no_companions,
         reserve: int = DEFAULT_RESERVE,
         lazy_delay: float = LAZY_DELAY,
         housekeeping_every: float = HOUSEKEEPING_EVERY,
@@ -107,6 +108,7 @@ class Journal(Generic[S]):
         self.on_diverged: Callable[[], None] = lambda: None
         self._clock = clock
         self._lazy_blobs = frozenset(lazy_blobs)
+        self._companions = companions
         #: the writing connection's owner; every call to it runs on the journal's thread
         self.writer = Writer(directory, tables, sync, events_cap, checkpoint_every, max_pages)
         self._lock = DirLock(directory)
@@ -173,8 +175,10 @@ class Journal(Generic[S]):
         and no cycles, and each collection meanwhile would walk all of them again
         (restoring a million jobs took twice as long with it running)."""
         with collector.paused():
-            load = self.writer.load if everything else self.writer.load_open
-            loaded = load(self._lazy_blobs)
+            if everything:
+                loaded = self.writer.load(self._lazy_blobs)
+            else:
+                loaded = self.writer.load_open(self._lazy_blobs, self._companions)
             self._written_meta = {name: _json(value) for name, value in loaded.meta.items()}
             return build(loaded)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from store.journal.schema import Tables, open_records, record_select
 #: Records per chunk of the finished ones: each is merged on the event loop
 #: in one go (a few tens of milliseconds), answers run between chunks.
 CLOSED_CHUNK = 20_000
+#: Keys per `IN (...)` of read_keyed (under SQLite's 999 variables).
+KEYED_CHUNK = 500
 
 
 def read_records(
@@ -48,6 +50,24 @@ def read_records(
     cursor = con.execute(record_select(tables, where, joined))
     while rows := cursor.fetchmany(chunk):
         yield {row[key_index]: build(row) for row in rows}
+
+
+def read_keyed(
+    con: sqlite3.Connection, tables: Tables, keys: Sequence[Any], lazy: Collection[str]
+) -> dict[Any, Any]:
+    """The records of `keys` by key, their lazy blob fields UNLOADED (the few
+    finished records an open one refers to: a group's kept children)."""
+    codec = tables.records
+    joined = [name for name in codec.blobs if name not in lazy]
+    build = codec.joined_builder(joined, UNLOADED)
+    key_index = codec.names.index(codec.key)
+    records: dict[Any, Any] = {}
+    for start in range(0, len(keys), KEYED_CHUNK):
+        chunk = keys[start : start + KEYED_CHUNK]
+        where = f"r.{codec.key} IN ({', '.join('?' * len(chunk))})"
+        for row in con.execute(record_select(tables, where, joined), chunk):
+            records[row[key_index]] = build(row)
+    return records
 
 
 def read_closed(

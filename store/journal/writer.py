@@ -24,12 +24,12 @@ import os
 import resource
 import sqlite3
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.journal.loading import read_records
+from store.journal.loading import read_keyed, read_records
 from store.journal.schema import EXPIRE_FIELD, Tables, check_header, corrupt, insert_sql, prepare
 
 SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
@@ -73,6 +73,12 @@ class Loaded:
 #: Blob fields a load leaves on disk (UNLOADED) for the finished records, read
 #: back on first use; open records get every blob (store/journal/loading.py).
 LazyBlobs = Collection[str]
+#: The keys of the records a record needs beside it in memory (a group's children).
+Companions = Callable[[Any], Iterable[Any]]
+
+
+def no_companions(record: Any) -> Iterable[Any]:
+    return ()
 
 
 class Writer:
@@ -160,20 +166,27 @@ class Writer:
             raise RuntimeError("the journal writer is not open")
         return self._con
 
-    def load_open(self, lazy: LazyBlobs) -> Loaded:
-        """The open records (loading.py), the meta values and the newest `events_cap` events."""
-        return self._loaded(lazy, everything=False)
+    def load_open(self, lazy: LazyBlobs, companions: Companions = no_companions) -> Loaded:
+        """The open records (loading.py) and the records they name as companions,
+        the meta values and the newest `events_cap` events."""
+        return self._loaded(lazy, everything=False, companions=companions)
 
     def load(self, lazy: LazyBlobs) -> Loaded:
         """As load_open, with the finished records too (a reload after a failed commit)."""
-        return self._loaded(lazy, everything=True)
+        return self._loaded(lazy, everything=True, companions=no_companions)
 
-    def _loaded(self, lazy: LazyBlobs, everything: bool) -> Loaded:
+    def _loaded(self, lazy: LazyBlobs, everything: bool, companions: Companions) -> Loaded:
         try:
             records: dict[Any, Any] = {}
             for closed in (False, True) if everything else (False,):
                 for chunk in read_records(self.con, self.tables, closed=closed, lazy=lazy):
                     records.update(chunk)
+            # An open record's companion is open too, but a file written before
+            # redrive marked a retried group's kept children holds them finished.
+            missing = [key for record in records.values() for key in companions(record)
+                       if key not in records]  # fmt: skip
+            if missing:
+                records.update(read_keyed(self.con, self.tables, missing, lazy))
             meta = {
                 name: json.loads(value)
                 for name, value in self.con.execute("SELECT name, value FROM meta")

@@ -28,7 +28,7 @@ is rebuilt in `restore`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,10 @@ def bytes_needed(requests: Sequence[SubmitRequest]) -> int:
     return total
 
 
+def _children(record: Record) -> list[str]:
+    return record.children
+
+
 def open_journal(
     settings: StoreSettings,
     directory: str | Path,
@@ -117,6 +121,7 @@ def open_journal(
         events_cap=settings.events_max_length,
         clock=clock,
         lazy_blobs=LAZY_BLOBS,
+        companions=_children,
         **knobs,
     )
 
@@ -167,6 +172,26 @@ def restore(
     backfill.done()
     _restore_events(state, loaded.events)
     return state
+
+
+def revive_kept_children(records: Mapping[str, Record]) -> list[str]:
+    """The children of open groups that still carry an expiry, cleared of it; their ids.
+
+    A group's children expire with it, so an open group's are open too; but a
+    RetryJob of a group used to clear a kept COMPLETED child's expiry in memory
+    only (redrive.py marks it now), and the file kept it: its row would be
+    deleted then while the group still ran. These come back open, to be
+    written again.
+    """
+    revived = []
+    for record in records.values():
+        if record.children and record.expire_at is None:
+            for child_id in record.children:
+                child = records.get(child_id)
+                if child is not None and child.expire_at is not None:
+                    child.expire_at = None
+                    revived.append(child_id)
+    return revived
 
 
 class Backfill:

@@ -98,6 +98,7 @@ class LocalEngine(Operators):
         self._changed = asyncio.Event()
         self._waiters = Waiters()
         self._woken_through = 1  # events numbered below this have woken their waiters
+        self._revived: list[str] = []  # durable.revive_kept_children, between two calls
         # no connection pool to spare: woken re-reads need no slot
         self.waiter_reads: contextlib.AbstractAsyncContextManager[object] = _NoSlot()
 
@@ -138,6 +139,8 @@ class LocalEngine(Operators):
         return IN_MEMORY if self._journal is None else durable.JournalChanges(self._journal)
 
     def _restore(self, loaded: Loaded) -> State:
+        """On the journal's thread; `_restored` follows on the loop."""
+        self._revived = durable.revive_kept_children(loaded.records)
         return durable.restore(self.settings, self._clock, loaded, self._changes())
 
     def _restored(self, state: State) -> None:
@@ -146,6 +149,9 @@ class LocalEngine(Operators):
         self.fleet.rebind(state)
         self._journal.attach(state.jobs, lambda: durable.meta_of(self.state))
         self._woken_through = state.next_event
+        for job_id in self._revived:  # written again without the expiry they lost
+            state.changes.touched(state.jobs[job_id])
+        self._revived = []
 
     def _reload(self) -> None:
         """A commit failed: memory went past the file. Rebuild it from the file."""
@@ -174,12 +180,18 @@ class LocalEngine(Operators):
         started = time.monotonic()
         try:
             count = await self._journal.load_closed(backfill.add)
-            backfill.done()
-        except StoreUnavailable as error:
-            log.error("%s; calls that need a finished job answer UNAVAILABLE", error)
-            finished.set_exception(error)
+        except Exception as error:  # a merge's bug too: waiters must not wait forever
+            failure = (
+                error
+                if isinstance(error, StoreUnavailable)
+                else StoreUnavailable(f"cannot load the finished jobs: {error!r}")
+            )
+            log.error("%s; calls that need a finished job answer UNAVAILABLE", failure)
+            finished.set_exception(failure)
             finished.exception()  # retrieved: there may be no waiter
             return
+        finally:
+            backfill.done()  # what was merged expires at its TTL, even after a failure
         log.info("loaded %d finished jobs in %.1f s", count, time.monotonic() - started)
         self._finished = None
         finished.set_result(None)

@@ -49,7 +49,9 @@ def _retry_group(state: State, parent: Record, now: float) -> None:
     completed = sum(c.status is JobStatus.COMPLETED for c in children)
     _revive(state, parent, 0)
     for child in children:
-        child.expire_at = None
+        if child.expire_at is not None:
+            child.expire_at = None
+            state.changes.touched(child)  # a kept COMPLETED child gets no event of its own
     parent.ended_children = parent.completed_children = completed
     parent.active_children = len(running)
     parent.progress = completed / len(parent.children)

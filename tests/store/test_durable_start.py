@@ -17,10 +17,10 @@ import pytest
 
 from store import StoreUnavailable
 from store.journal import loading
-from store.memory import LocalStore
+from store.memory import LocalStore, durable
 from store.model import GroupSpec, JobFilter, JobStatus, Priority, ResultReport, SubmitRequest
 from tests.store.conftest import TENANT, claim_one, spec, submit_group, submit_one
-from tests.store.durable import open_store
+from tests.store.durable import open_store, query
 
 
 class HeldBackfill:
@@ -307,3 +307,131 @@ async def test_a_keyed_submit_of_a_finished_group_waits_for_its_children(
 
     assert not waited
     assert result.reused and len(result.job.children) == 2
+
+
+async def test_a_retried_groups_completed_child_is_live_again_after_a_restart(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    store = await open_store(tmp_path)
+    group = await submit_group(store, 2)
+    await _complete_next(store)
+    failed = await claim_one(store)
+    report = ResultReport(JobStatus.FAILED, error_code="BAD_INPUT", error_message="no")
+    await store.record_result(failed.job.id, failed.lease_id, report)
+    await store.retry_job(TENANT, group.id)
+    await store.close()
+
+    held_backfill.hold()  # nothing finished may be needed from here on
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        rerun = await _complete_next(store)  # its group's other child must be in memory
+        finished = await store.get(TENANT, group.id)
+    finally:
+        await store.close()
+
+    assert rerun == failed.job.id
+    assert finished.status is JobStatus.COMPLETED
+
+
+async def _retried_group_with_a_stale_child(tmp_path: Path) -> tuple[str, str, str]:
+    """A retried group whose kept COMPLETED child still has a past expiry in the
+    file, as RetryJob left it before it marked that child; (group, kept, re-run)."""
+    store = await open_store(tmp_path)
+    group = await submit_group(store, 2)
+    kept = await _complete_next(store)
+    failed = await claim_one(store)
+    report = ResultReport(JobStatus.FAILED, error_code="BAD_INPUT", error_message="no")
+    await store.record_result(failed.job.id, failed.lease_id, report)
+    await store.retry_job(TENANT, group.id)
+    await store.close()
+    con = sqlite3.connect(tmp_path / "jobgate.db")
+    with con:
+        con.execute("UPDATE records SET expire_at = 1 WHERE id = ?", (kept,))
+    con.close()
+    return group.id, kept, failed.job.id
+
+
+async def test_an_old_files_retried_group_finishes_after_a_restart(
+    tmp_path: Path, held_backfill: HeldBackfill
+) -> None:
+    group, _, failed = await _retried_group_with_a_stale_child(tmp_path)
+
+    held_backfill.hold()
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        rerun = await _complete_next(store)
+        finished = await store.get(TENANT, group)
+    finally:
+        await store.close()
+
+    assert rerun == failed
+    assert finished.status is JobStatus.COMPLETED
+
+
+async def test_an_old_files_stale_child_expiry_is_cleared_in_the_file_at_start(
+    tmp_path: Path,
+) -> None:
+    _, kept, _ = await _retried_group_with_a_stale_child(tmp_path)
+
+    store = await open_store(tmp_path)
+    try:
+        await store.engine.settled()
+        stored = query(tmp_path, "SELECT expire_at FROM records WHERE id = ?", kept)
+    finally:
+        await store.close()
+
+    assert stored == [(None,)]
+
+
+async def test_a_merge_that_fails_answers_unavailable_instead_of_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store)
+    await store.close()
+
+    add = durable.Backfill.add
+
+    def broken(self: durable.Backfill, records: dict[Any, Any]) -> None:
+        if done in records:  # the finished job's chunk, not the open records' restore
+            raise RuntimeError("a bug in the merge")
+        add(self, records)
+
+    monkeypatch.setattr(durable.Backfill, "add", broken)
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        with pytest.raises(StoreUnavailable, match="a bug in the merge"):
+            await asyncio.wait_for(store.get(TENANT, done), timeout=10)
+    finally:
+        await store.close()
+
+
+async def test_finished_jobs_merged_before_a_failed_read_still_expire(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_store(tmp_path)
+    done = await _completed_job(store)
+    await store.close()
+    read_closed = loading.read_closed
+
+    def failing_after_the_first_chunk(*args: Any) -> None:
+        path, tables, lazy, deliver, stop = args
+
+        def deliver_then_fail(records: dict[Any, Any]) -> None:
+            deliver(records)
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        read_closed(path, tables, lazy, deliver_then_fail, stop)
+
+    monkeypatch.setattr(loading, "read_closed", failing_after_the_first_chunk)
+    store = await open_store(tmp_path, loaded=False)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.engine.fully_loaded()
+        merged = done in store.engine.state.jobs
+        expiries = len(store.engine.state.expiries)
+    finally:
+        await store.close()
+
+    assert merged
+    assert expiries == 1
