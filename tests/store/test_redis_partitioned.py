@@ -394,9 +394,15 @@ async def _zset_reads(raw: Redis) -> int:
 
 
 async def _reads_of_a_get(store: RedisStore, raw: Redis, job_id: str) -> int:
-    before = await _zset_reads(raw)
-    await store.get(TENANT, job_id)
-    return await _zset_reads(raw) - before
+    """The fewest of three Gets: commandstats counts the whole server, and a
+    store's background pass may read a sorted set meanwhile (the clean-clone
+    CI of 642fc9f once counted 10 against 9)."""
+    counts = []
+    for _ in range(3):
+        before = await _zset_reads(raw)
+        await store.get(TENANT, job_id)
+        counts.append(await _zset_reads(raw) - before)
+    return min(counts)
 
 
 async def test_a_positions_cost_does_not_grow_with_the_other_partitions_queues(
