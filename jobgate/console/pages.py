@@ -8,13 +8,15 @@ their script re-reads the page with `partial=1`, which renders the table only.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import urlencode
 
 import grpc
+from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from jobgate.client import is_terminal
+from jobgate.client import JobClient, is_terminal
 from jobgate.console import present
 from jobgate.console.listing import MergedCursor, merged_page, term_value, with_term
 from jobgate.console.problems import Problem, problem
@@ -188,45 +190,39 @@ async def failed(request: Request) -> Response:
 
 
 async def queues(request: Request) -> Response:
-    if (redirect := login_redirect(request)) is not None:
-        return redirect
-    console = console_of(request)
-    stats: list[job_pb2.QueueStats] = []
-    trouble: Problem | None = None
-    try:
-        stats = await console.client(session_of(request)).list_queues()
-    except JobgateError as error:
-        trouble = _admin_problem(error)
-    stats.sort(key=lambda q: (q.model, q.priority, q.pool))
-    template = "_queues_table.html" if request.query_params.get("partial") else "queues.html"
-    return console.render(
-        request,
-        template,
-        status=trouble.status if trouble else 200,
-        problem=trouble,
-        queues=stats,
-        present=present,
-    )
+    return await _admin_page(request, "queues", _sorted_queues)
 
 
 async def workers(request: Request) -> Response:
+    return await _admin_page(request, "workers", JobClient.list_workers)
+
+
+async def _sorted_queues(client: JobClient) -> list[job_pb2.QueueStats]:
+    stats = await client.list_queues()
+    return sorted(stats, key=lambda q: (q.model, q.priority, q.pool))
+
+
+async def _admin_page(
+    request: Request, name: str, read: Callable[[JobClient], Awaitable[Sequence[Message]]]
+) -> Response:
+    """The queues or workers page: `name`.html, or only its table when polled (`partial`)."""
     if (redirect := login_redirect(request)) is not None:
         return redirect
     console = console_of(request)
-    found: list[job_pb2.Worker] = []
+    rows: Sequence[Message] = []
     trouble: Problem | None = None
     try:
-        found = await console.client(session_of(request)).list_workers()
+        rows = await read(console.client(session_of(request)))
     except JobgateError as error:
         trouble = _admin_problem(error)
-    template = "_workers_table.html" if request.query_params.get("partial") else "workers.html"
+    partial = request.query_params.get("partial")
     return console.render(
         request,
-        template,
+        f"_{name}_table.html" if partial else f"{name}.html",
         status=trouble.status if trouble else 200,
         problem=trouble,
-        workers=found,
         present=present,
+        **{name: rows},
     )
 
 
