@@ -2,8 +2,8 @@
   Expired leases: requeue at the original place, or end FAILED past max_attempts.
 
   Input:
-    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua); ARGV[5]
-                           is the limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
 
   Reads only what expired (ZRANGEBYSCORE leases -inf now LIMIT 0 limit):
   O(limit x log N), never O(in flight).

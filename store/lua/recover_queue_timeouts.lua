@@ -3,8 +3,8 @@
   became QUEUED) end FAILED with error_code QUEUE_TIMEOUT.
 
   Input:
-    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua); ARGV[5]
-                           is the limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
 
   Reads only what is due (ZRANGEBYSCORE queue_timeouts -inf now LIMIT).
 

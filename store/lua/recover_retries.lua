@@ -2,8 +2,8 @@
   Retries whose backoff ended: the QUEUED job becomes claimable at its place.
 
   Input:
-    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua); ARGV[5]
-                           is the limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
 
   Reads only what is due (ZRANGEBYSCORE retries -inf now LIMIT).
 

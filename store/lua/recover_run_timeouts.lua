@@ -3,8 +3,8 @@
   attempt with error_code RUN_TIMEOUT, retried after the backoff.
 
   Input:
-    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua); ARGV[5]
-                           is the limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
     ARGV[6]      retry backoff base ms
     ARGV[7]      retry backoff cap ms
 
