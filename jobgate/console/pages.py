@@ -21,7 +21,7 @@ from jobgate.console import present
 from jobgate.console.listing import MergedCursor, merged_page, term_value, with_term
 from jobgate.console.problems import Problem, problem
 from jobgate.console.settings import AuthMode
-from jobgate.console.state import console_of, session_of
+from jobgate.console.state import bulk_run_of, console_of, session_of
 from jobgate.errors import JobgateError
 from jobgate.v1 import job_pb2
 from jobgate.v1.limits import JOB_ID_PATTERN
@@ -238,8 +238,7 @@ async def bulk_run(request: Request) -> Response:
     if (redirect := login_redirect(request)) is not None:
         return redirect
     console = console_of(request)
-    run = console.bulk.get(request.path_params["run_id"], session_of(request).id)
-    if run is None:
+    if (run := bulk_run_of(request)) is None:
         gone = Problem(404, "No such bulk retry", "it ended over an hour ago, or is not yours")
         return console.render(request, "bulk.html", 404, problem=gone, run=None)
     return console.render(request, "bulk.html", problem=None, run=run)
