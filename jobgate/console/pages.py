@@ -9,6 +9,7 @@ their script re-reads the page with `partial=1`, which renders the table only.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import grpc
@@ -81,14 +82,12 @@ async def jobs(request: Request) -> Response:
     chosen_status = term_value(expression, "status")
     chosen_model = term_value(expression, "model")
     models = sorted({*present.models_of(found), *([chosen_model] if chosen_model else [])})
-    return console.render(
+    return _page(
         request,
         "jobs.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
+        trouble,
         jobs=found,
         filter=expression,
-        present=present,
         statuses=[
             (s, _link("/jobs", filter=with_term(expression, "status", s)), s == chosen_status)
             for s in QUICK_STATUSES
@@ -101,10 +100,7 @@ async def jobs(request: Request) -> Response:
         any_model=_link("/jobs", filter=with_term(expression, "model", "")),
         chosen_status=chosen_status,
         chosen_model=chosen_model,
-        next_link=_link("/jobs", filter=expression, page_token=next_token, page_size=str(size))
-        if next_token
-        else "",
-        first_link=_link("/jobs", filter=expression) if token else "",
+        **_paging_links("/jobs", expression, next_token, size, paged=bool(token)),
     )
 
 
@@ -131,11 +127,10 @@ def job_page(
     request: Request, found: job_pb2.Job, *, notice: str = "", trouble: Problem | None = None
 ) -> Response:
     """The page of one job (also the answer to a refused action, with its problem)."""
-    return console_of(request).render(
+    return _page(
         request,
         "job.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
+        trouble,
         notice=notice,
         job=found,
         fields=present.job_fields(found),
@@ -174,19 +169,10 @@ async def failed(request: Request) -> Response:
         trouble = Problem(400, "Bad page token", str(error))
     except JobgateError as error:
         trouble = problem(error)
-    return console.render(
-        request,
-        "failed.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
-        jobs=shown,
-        filter=extra,
-        present=present,
-        next_link=_link("/failed", filter=extra, page_token=after.encode(), page_size=str(size))
-        if after is not None and not after.done
-        else "",
-        first_link=_link("/failed", filter=extra) if request.query_params.get("page_token") else "",
-    )
+    next_token = after.encode() if after is not None and not after.done else ""
+    paged = bool(request.query_params.get("page_token"))
+    links = _paging_links("/failed", extra, next_token, size, paged=paged)
+    return _page(request, "failed.html", trouble, jobs=shown, filter=extra, **links)
 
 
 async def queues(request: Request) -> Response:
@@ -216,14 +202,28 @@ async def _admin_page(
     except JobgateError as error:
         trouble = _admin_problem(error)
     partial = request.query_params.get("partial")
-    return console.render(
-        request,
-        f"_{name}_table.html" if partial else f"{name}.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
-        present=present,
-        **{name: rows},
+    return _page(
+        request, f"_{name}_table.html" if partial else f"{name}.html", trouble, **{name: rows}
     )
+
+
+def _page(request: Request, template: str, trouble: Problem | None, **context: Any) -> Response:
+    """A page that renders even when its read failed: `trouble` then shows above it."""
+    status = trouble.status if trouble else 200
+    return console_of(request).render(
+        request, template, status=status, problem=trouble, present=present, **context
+    )
+
+
+def _paging_links(
+    path: str, expression: str, next_token: str, size: int, *, paged: bool
+) -> dict[str, str]:
+    """The next page's link (none on the last page) and the first page's (none on the first)."""
+    next_link = _link(path, filter=expression, page_token=next_token, page_size=str(size))
+    return {
+        "next_link": next_link if next_token else "",
+        "first_link": _link(path, filter=expression) if paged else "",
+    }
 
 
 def _admin_problem(error: JobgateError) -> Problem:
