@@ -50,7 +50,7 @@ import grpc
 from bench.listing import MIX, Filler
 from bench.procstat import cpu_seconds, rss_and_threads
 from bench.report import ms, percentile, table
-from bench.servers import COMMON_SETTINGS
+from bench.servers import COMMON_SETTINGS, stop_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from tests.launcher import REPO_ROOT, JobgateServer, server_environment
 from tests.redis_server import RedisServer
@@ -137,7 +137,7 @@ def deployment() -> Iterator[Deployment]:
             stdout=subprocess.PIPE, stderr=(workdir / "console.log").open("wb"),
             env=server_environment(), cwd=REPO_ROOT, text=True,
         )  # fmt: skip
-        stack.callback(_stop, console)
+        stack.callback(stop_process, console)
         assert console.stdout is not None
         line = console.stdout.readline()
         found = _SERVING.search(line)
@@ -145,15 +145,6 @@ def deployment() -> Iterator[Deployment]:
             log = (workdir / "console.log").read_text(errors="replace")
             raise RuntimeError(f"jobgate console did not start: {line!r}\n{log[-3000:]}")
         yield Deployment(redis, gateway, found[1], console.pid)
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # -- HTTP/1.1 on loopback, by hand: the client's share of each sample stays small

@@ -12,12 +12,13 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
 from redis.asyncio import Redis
 
+from bench.sampling import timed
 from bench.servers import Topology
 from jobgate.v1 import (
     job_pb2,
@@ -117,15 +118,6 @@ class BulkFiller:
         await self.store.close()
 
 
-async def _timed(calls: int, call: Callable[[], Awaitable[None]]) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 async def probe(
     jobs: job_service_pb2_grpc.JobServiceAsyncStub,
     workers: worker_service_pb2_grpc.WorkerServiceAsyncStub,
@@ -139,21 +131,21 @@ async def probe(
         answer = await jobs.Submit(job_service_pb2.SubmitRequest(job=spec))
         submitted.append(answer.job.id)
 
-    submit_samples = await _timed(calls, submit)
+    submit_samples = await timed(calls, submit)
     positions: list[int] = []
 
     async def get() -> None:
         answer = await jobs.Get(job_service_pb2.GetRequest(job_id=submitted[-1]))
         positions.append(answer.job.queue_position)
 
-    get_samples = await _timed(calls, get)
+    get_samples = await timed(calls, get)
     claimed: list[worker_service_pb2.ClaimedJob] = []
 
     async def claim() -> None:
         request = worker_service_pb2.ClaimNextRequest(worker_id="bench-depth", models=[MODEL])
         claimed.extend((await workers.ClaimNext(request)).jobs)
 
-    claim_samples = await _timed(calls, claim)
+    claim_samples = await timed(calls, claim)
     for job in claimed:  # completed off the clock, so the depth stays as filled
         await workers.SetResult(
             worker_service_pb2.SetResultRequest(

@@ -36,6 +36,7 @@ from pathlib import Path
 import grpc
 from redis.asyncio import Redis
 
+from bench.sampling import timed
 from bench.servers import Topology
 from gateway_server.list_filter import parse_filter
 from gateway_server.page_token import encode_page_token
@@ -148,15 +149,6 @@ class Filler:
         await self.store.close()
 
 
-async def _timed(calls: int, call: Callable[[], Awaitable[object]]) -> list[float]:
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 def _pager(
     jobs: job_service_pb2_grpc.JobServiceAsyncStub, request: job_service_pb2.ListJobsRequest
 ) -> Callable[[], Awaitable[None]]:
@@ -179,8 +171,8 @@ async def _probe(
             jobs,
             job_service_pb2.ListJobsRequest(filter=text, page_size=PAGE_SIZE, page_token=token),
         )
-        await _timed(WARMUP_CALLS, first)
-        found[label] = (await _timed(calls, first), await _timed(calls, deep))
+        await timed(WARMUP_CALLS, first)
+        found[label] = (await timed(calls, first), await timed(calls, deep))
     return found
 
 

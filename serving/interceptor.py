@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import grpc
@@ -102,6 +102,18 @@ class _Call:
         self._metrics.grpc_handled.labels(*self._labels, self.code).inc()
         self._metrics.grpc_handling.labels(*self._labels).observe(time.perf_counter() - self._start)
 
+    @contextlib.asynccontextmanager
+    async def running(self, request: Any, context: Context) -> AsyncIterator[None]:
+        """The call's life around its behavior: begin, fail on any way out but success, end."""
+        try:
+            self.begin(request)
+            yield
+        except BaseException as error:
+            await self.fail(error, context)
+            raise
+        finally:
+            self.end()
+
 
 def _code_name(code: grpc.StatusCode | None) -> str:
     return "OK" if code is None else code.name
@@ -148,30 +160,18 @@ class ServingInterceptor(_Interceptor):
 
     def _wrap_unary(self, method: str, behavior: UnaryBehavior) -> UnaryBehavior:
         async def unary(request: Any, context: Context) -> Any:
-            call = _Call(self, "unary", method)
-            try:
-                call.begin(request)
+            async with _Call(self, "unary", method).running(request, context):
                 return await behavior(request, context)
-            except BaseException as error:
-                await call.fail(error, context)
-                raise
-            finally:
-                call.end()
 
         return unary
 
     def _wrap_stream(self, method: str, behavior: StreamBehavior) -> StreamBehavior:
         async def stream(request: Any, context: Context) -> AsyncGenerator[Any, None]:
-            call = _Call(self, "server_stream", method)
-            try:
-                call.begin(request)
-                async with contextlib.aclosing(behavior(request, context)) as responses:
-                    async for response in responses:
-                        yield response
-            except BaseException as error:
-                await call.fail(error, context)
-                raise
-            finally:
-                call.end()
+            async with (
+                _Call(self, "server_stream", method).running(request, context),
+                contextlib.aclosing(behavior(request, context)) as responses,
+            ):
+                async for response in responses:
+                    yield response
 
         return stream

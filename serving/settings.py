@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from jobgate._address import Address as Address  # re-exported: the servers' type
 from jobgate._logs import LOG_FORMATS, LOG_LEVELS
 from jobgate.v1.limits import MAX_ATTEMPTS
 from store.keys import MAX_PARTITIONS, PARTITION_PATTERN
@@ -30,15 +31,6 @@ DATA_SYNC_MODES = ("full", "normal")
 
 class SettingsError(ValueError):
     """A flag or JOBGATE_* value that cannot be used; the message names it."""
-
-
-@dataclass(frozen=True)
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)

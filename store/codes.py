@@ -4,17 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from store.errors import (
-    IdempotencyKeyReused,
-    InvalidRequest,
-    JobCancelled,
-    JobNotFound,
-    JobNotRetryable,
-    LeaseLost,
-    QueueFull,
-    QuotaExceeded,
-    StoreError,
-)
+from store import errors
 from store.redrive import WHY
 
 
@@ -39,7 +29,7 @@ class LuaCode(IntEnum):
 
 def error_for(
     code: int, job_id: str = "", max_group_children: int = 0, why: str = ""
-) -> StoreError:
+) -> errors.StoreError:
     """The store exception for a script's negative code (ValueError for an
     unknown code, and for KEYS_NEEDED, which asks the caller for keys)."""
     lua_code = LuaCode(code)
@@ -47,19 +37,23 @@ def error_for(
         raise ValueError("KEYS_NEEDED is a request for keys, not an error")
     ids = {"job_id": job_id} if job_id else {}
     if lua_code is LuaCode.JOB_NOT_FOUND:
-        return JobNotFound(f"job {job_id!r} not found", **ids)
+        return errors.JobNotFound(f"job {job_id!r} not found", **ids)
     if lua_code is LuaCode.LEASE_LOST:
-        return LeaseLost(f"lease of job {job_id!r} is not live", **ids)
+        return errors.LeaseLost(f"lease of job {job_id!r} is not live", **ids)
     if lua_code is LuaCode.JOB_CANCELLED:
-        return JobCancelled(f"job {job_id!r} was cancelled", **ids)
+        return errors.JobCancelled(f"job {job_id!r} was cancelled", **ids)
     if lua_code is LuaCode.IDEMPOTENCY_KEY_REUSED:
-        return IdempotencyKeyReused("idempotency key was used for a different request", **ids)
+        return errors.IdempotencyKeyReused(
+            "idempotency key was used for a different request", **ids
+        )
     if lua_code is LuaCode.QUOTA_EXCEEDED:
-        return QuotaExceeded("too many live jobs for this tenant")
+        return errors.QuotaExceeded("too many live jobs for this tenant")
     if lua_code is LuaCode.QUEUE_FULL:
-        return QueueFull("too many live jobs")
+        return errors.QueueFull("too many live jobs")
     if lua_code is LuaCode.JOB_NOT_RETRYABLE:
-        return JobNotRetryable(f"job {job_id!r} cannot be retried: {WHY.get(why, why)}", **ids)
-    return InvalidRequest(
+        return errors.JobNotRetryable(
+            f"job {job_id!r} cannot be retried: {WHY.get(why, why)}", **ids
+        )
+    return errors.InvalidRequest(
         "group.children", f"a group needs between 1 and {max_group_children} children"
     )

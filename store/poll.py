@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -36,6 +36,73 @@ class Listener(Protocol):
     async def settle(self, seconds: float) -> None:
         """After a wake-up by an added topic only, wait up to `seconds` for one of its own."""
         ...
+
+
+class TopicListener:
+    """What every engine's `Listener` keeps: its topics, the first ones its own, two events.
+
+    A wake-up of any topic sets `event`; one of an own topic also sets
+    `own_event`. The engine routes wake-ups (`_listen`) and waits (`wait`).
+    """
+
+    def __init__(self, topics: Iterable[str]) -> None:
+        self.topics: set[str] = set(topics)
+        # The first topics are the listener's own (a wake-up there is urgent);
+        # later ones, added with `add`, only say that something nearby moved.
+        self.own: set[str] = set(self.topics)
+        self.event = asyncio.Event()
+        self.own_event = asyncio.Event()
+
+    def add(self, topic: str) -> bool:
+        """Listen to one more topic; True if it is new (wake-ups before now were missed)."""
+        if topic in self.topics:
+            return False
+        self._listen(topic)
+        self.topics.add(topic)
+        return True
+
+    def _listen(self, topic: str) -> None:
+        """Route the wake-ups of `topic` to this listener from now on."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        self.event.clear()
+        self.own_event.clear()
+
+    async def settle(self, seconds: float) -> None:
+        """After a wake-up by a later topic only, wait up to `seconds` for an own one.
+
+        A queue that moves many times a second then costs each watcher one
+        re-read per `seconds`, not one per move; its own change is never delayed.
+        """
+        if self.event.is_set() and not self.own_event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.own_event.wait(), seconds)
+
+
+L = TypeVar("L", bound=TopicListener)
+
+
+def unindex(by_topic: dict[str, set[L]], listener: L) -> None:
+    """Drop a leaving listener from the listeners of each of its topics (and empty entries)."""
+    for topic in listener.topics:
+        listening = by_topic.get(topic)
+        if listening is not None:
+            listening.discard(listener)
+            if not listening:
+                del by_topic[topic]
+
+
+async def stop_task(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task (if any) and wait until it has ended.
+
+    Its cancellation ends here: the caller is closing, not being cancelled.
+    """
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def long_poll(

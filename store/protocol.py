@@ -89,35 +89,15 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Protocol
 
+from store import model
 from store.errors import FailureHook
-from store.model import (
-    CancelResult,
-    ClaimedJob,
-    HeartbeatResult,
-    Job,
-    JobEvent,
-    JobFilter,
-    JobPage,
-    JobStatus,
-    ListCursor,
-    Priority,
-    QueueStats,
-    ReportedAndClaimed,
-    ResultRecorded,
-    ResultReport,
-    StoreSettings,
-    SubmitRequest,
-    SubmitResult,
-    WorkerInfo,
-    WorkerSighting,
-)
 from store.poll import Listener
 
 
 class Store(Protocol):
     """Durable job state. Every method is one atomic transition or a read."""
 
-    settings: StoreSettings
+    settings: model.StoreSettings
     # Called with the operation's name ("get", "set_result", "watch"...) each
     # time the backend fails (`store.errors.is_failure`): the servers set it
     # to count jobgate_store_errors_total. Defaults to ignoring.
@@ -132,10 +112,12 @@ class Store(Protocol):
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the backend answers."""
 
-    async def submit(self, request: SubmitRequest) -> SubmitResult:
+    async def submit(self, request: model.SubmitRequest) -> model.SubmitResult:
         """Create a job or a group (with its children), or return the keyed original."""
 
-    async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+    async def submit_batch(
+        self, requests: Sequence[model.SubmitRequest]
+    ) -> list[model.SubmitResult]:
         """Submit every request, all or nothing, in one atomic step (BatchSubmit).
 
         Each item keeps submit's rules, applied in order (an item may reuse
@@ -144,7 +126,7 @@ class Store(Protocol):
         to its index.
         """
 
-    async def get(self, tenant: str | None, job_id: str) -> Job:
+    async def get(self, tenant: str | None, job_id: str) -> model.Job:
         """The job's snapshot, with queue_position while QUEUED and a group's children."""
 
     async def payload(self, tenant: str | None, job_id: str) -> bytes:
@@ -155,20 +137,20 @@ class Store(Protocol):
         and expires with its job, which no other read shows.
         """
 
-    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[model.Job]:
         """A group's children in index order (empty for other kinds)."""
 
     async def list_jobs(
         self,
         tenant: str | None,
-        query: JobFilter,
-        after: ListCursor | None,
+        query: model.JobFilter,
+        after: model.ListCursor | None,
         page_size: int,
-    ) -> JobPage:
+    ) -> model.JobPage:
         """One ListJobs page of `tenant`'s jobs (None: every tenant's) matching
         `query`, newest first, after `after`; `next` is None on the last page."""
 
-    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> model.Job:
         """RetryJob: the job (or group) back to work in one atomic step; its snapshot."""
 
     async def claim(
@@ -178,7 +160,7 @@ class Store(Protocol):
         max_jobs: int = 1,
         wait: timedelta = timedelta(0),
         pool: str = "",
-    ) -> list[ClaimedJob]:
+    ) -> list[model.ClaimedJob]:
         """Claim up to max_jobs in claim order, waiting up to `wait` for the first one.
 
         A claim for `pool` takes only jobs bound to that pool or to any pool
@@ -190,7 +172,7 @@ class Store(Protocol):
         wakes it at once (pushed, also across replicas on Redis).
         """
 
-    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+    async def release(self, leases: Sequence[model.ClaimedJob]) -> int:
         """Give back leases nobody received: QUEUED at the original place, attempts restored.
 
         Returns how many were released; a lease no longer live is skipped.
@@ -198,34 +180,34 @@ class Store(Protocol):
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
-    ) -> HeartbeatResult:
+    ) -> model.HeartbeatResult:
         """Extend the lease by lease_timeout; record progress and stage (empty keeps it)."""
 
     async def set_result(
         self,
         job_id: str,
         lease_id: str,
-        status: JobStatus,
+        status: model.JobStatus,
         result: bytes = b"",
         result_content_type: str = "",
         error_code: str = "",
         error_message: str = "",
         retryable: bool = False,
-    ) -> Job:
+    ) -> model.Job:
         """record_result spelled inline, answering the job only.
 
         No production caller (WorkerService calls record_result): tests and
         tools use it to end attempts in one line. Stores that subclass Store
         inherit it.
         """
-        report = ResultReport(
+        report = model.ResultReport(
             status, result, result_content_type, error_code, error_message, retryable
         )
         return (await self.record_result(job_id, lease_id, report)).job
 
     async def record_result(
-        self, job_id: str, lease_id: str, report: ResultReport
-    ) -> ResultRecorded:
+        self, job_id: str, lease_id: str, report: model.ResultReport
+    ) -> model.ResultRecorded:
         """End the attempt: COMPLETED, FAILED, or FAILED+retryable (requeue after backoff).
 
         `applied` is False for a repeat (same lease and outcome) that returned
@@ -236,10 +218,10 @@ class Store(Protocol):
         self,
         worker_id: str,
         models: Sequence[str],
-        results: Sequence[tuple[str, str, ResultReport]],
+        results: Sequence[tuple[str, str, model.ResultReport]],
         max_jobs: int,
         pool: str = "",
-    ) -> ReportedAndClaimed:
+    ) -> model.ReportedAndClaimed:
         """End each (job_id, lease_id, report) as record_result would, then claim.
 
         One atomic step (one script on Redis): a result refused with
@@ -250,10 +232,10 @@ class Store(Protocol):
 
     async def cancel(
         self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
-    ) -> CancelResult:
+    ) -> model.CancelResult:
         """Cancel a job or a group, as the module docstring says."""
 
-    async def recover(self) -> list[JobEvent]:
+    async def recover(self) -> list[model.JobEvent]:
         """Handle what fell due: expired leases, run timeouts, due retries, queue timeouts.
 
         Safe to call from many replicas at once: each due item is handled by
@@ -263,7 +245,7 @@ class Store(Protocol):
     async def acquire_leadership(self, holder: str, ttl: timedelta) -> bool:
         """Hold (or renew) the recovery leadership for `ttl`; True if `holder` has it."""
 
-    def watch(self, tenant: str | None, job_id: str) -> AsyncIterator[Job]:
+    def watch(self, tenant: str | None, job_id: str) -> AsyncIterator[model.Job]:
         """Snapshots of one job: the current one first, then one per change.
 
         A change is any difference in status, progress, stage, queue_position
@@ -276,7 +258,7 @@ class Store(Protocol):
         after: str = "0",
         count: int = 100,
         block: timedelta | None = None,
-    ) -> list[JobEvent]:
+    ) -> list[model.JobEvent]:
         """Audit events after stream position `after` ("0" = from the start).
 
         With `block`, waits up to that long for the first new event.
@@ -288,10 +270,10 @@ class Store(Protocol):
         Passed as `after` to `events`, it reads only events appended later.
         """
 
-    async def queue_depths(self) -> dict[tuple[str, Priority], int]:
+    async def queue_depths(self) -> dict[tuple[str, model.Priority], int]:
         """Claimable jobs per (model, priority), every pool's. O(queue classes x priorities)."""
 
-    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+    async def ready_counts(self) -> dict[tuple[str, model.Priority, str], int]:
         """Claimable jobs per (model, priority, pool) ("" = any pool). O(queue classes x 3)."""
 
     async def in_flight(self) -> dict[str, int]:
@@ -299,7 +281,7 @@ class Store(Protocol):
 
     # -- the fleet (ListWorkers, ListQueues, KEDA's scaler) --------------------
 
-    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+    async def record_workers(self, seen: Sequence[model.WorkerSighting]) -> None:
         """Write a batch of sightings to the worker registry, in one round trip.
 
         Each entry gets the store's clock less the sighting's age; a later
@@ -309,14 +291,14 @@ class Store(Protocol):
         Redis keeps the registry in partition 0.
         """
 
-    async def list_workers(self) -> list[WorkerInfo]:
+    async def list_workers(self) -> list[model.WorkerInfo]:
         """Every worker seen in the last 120 s or holding a live lease, most recently
         seen first, with the jobs it holds live leases on (store/workers.py `listed`).
 
         O(registered workers + live leases).
         """
 
-    async def queue_stats(self) -> list[QueueStats]:
+    async def queue_stats(self) -> list[model.QueueStats]:
         """One entry per (model, priority, pool) with queued or processing jobs.
 
         A PROCESSING job counts under the pool it is bound to;

@@ -66,7 +66,7 @@ THIRD_PARTY = frozenset(
     | {"starlette", "uvicorn", "jinja2"}
 )
 # Modules of the jobgate layer that `serving` may use (shared formats, not the client).
-SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs"})
+SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs", "jobgate._address"})
 # Modules of the contract that `store` may use: its vocabulary (limits, error
 # reasons), which load no grpc and no stubs; never the stubs themselves.
 STORE_MAY_USE_FROM_CONTRACT = frozenset({"jobgate.v1.limits", "jobgate.v1.errors"})

@@ -69,22 +69,18 @@ async def _job_action(request: Request) -> tuple[str, list[tuple[str, str]]]:
 
 
 async def cancel(request: Request) -> Response:
-    try:
-        job_id, _ = await _job_action(request)
-    except Refused as refused:
-        return refused.response
-    return await _act(request, job_id, retry=False)
+    return await _act(request, retry=False)
 
 
 async def retry(request: Request) -> Response:
+    return await _act(request, retry=True)
+
+
+async def _act(request: Request, *, retry: bool) -> Response:
     try:
         job_id, _ = await _job_action(request)
     except Refused as refused:
         return refused.response
-    return await _act(request, job_id, retry=True)
-
-
-async def _act(request: Request, job_id: str, *, retry: bool) -> Response:
     if not JOB_ID_PATTERN.fullmatch(job_id):
         return PlainTextResponse("no such job", 404)
     client = console_of(request).client(session_of(request))

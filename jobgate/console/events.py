@@ -25,7 +25,7 @@ from jobgate.client import is_terminal
 from jobgate.console import present
 from jobgate.console.bulk import BulkRetry
 from jobgate.console.problems import problem
-from jobgate.console.state import console_of, session_of
+from jobgate.console.state import bulk_run_of, console_of, session_of
 from jobgate.console.streams import Update
 from jobgate.v1.limits import JOB_ID_PATTERN
 
@@ -123,9 +123,7 @@ async def bulk_stream(run: BulkRetry) -> AsyncIterator[str]:
 async def bulk_events(request: Request) -> Response:
     if (refused := _refusal(request)) is not None:
         return refused
-    console = console_of(request)
-    run = console.bulk.get(request.path_params["run_id"], session_of(request).id)
-    if run is None:
+    if (run := bulk_run_of(request)) is None:
         return PlainTextResponse("no such bulk retry", 404)
     return StreamingResponse(
         bulk_stream(run), media_type="text/event-stream", headers=_STREAM_HEADERS

@@ -8,18 +8,21 @@ their script re-reads the page with `partial=1`, which renders the table only.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import grpc
+from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from jobgate.client import is_terminal
+from jobgate.client import JobClient, is_terminal
 from jobgate.console import present
 from jobgate.console.listing import MergedCursor, merged_page, term_value, with_term
 from jobgate.console.problems import Problem, problem
 from jobgate.console.settings import AuthMode
-from jobgate.console.state import console_of, session_of
+from jobgate.console.state import bulk_run_of, console_of, session_of
 from jobgate.errors import JobgateError
 from jobgate.v1 import job_pb2
 from jobgate.v1.limits import JOB_ID_PATTERN
@@ -79,14 +82,12 @@ async def jobs(request: Request) -> Response:
     chosen_status = term_value(expression, "status")
     chosen_model = term_value(expression, "model")
     models = sorted({*present.models_of(found), *([chosen_model] if chosen_model else [])})
-    return console.render(
+    return _page(
         request,
         "jobs.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
+        trouble,
         jobs=found,
         filter=expression,
-        present=present,
         statuses=[
             (s, _link("/jobs", filter=with_term(expression, "status", s)), s == chosen_status)
             for s in QUICK_STATUSES
@@ -99,10 +100,7 @@ async def jobs(request: Request) -> Response:
         any_model=_link("/jobs", filter=with_term(expression, "model", "")),
         chosen_status=chosen_status,
         chosen_model=chosen_model,
-        next_link=_link("/jobs", filter=expression, page_token=next_token, page_size=str(size))
-        if next_token
-        else "",
-        first_link=_link("/jobs", filter=expression) if token else "",
+        **_paging_links("/jobs", expression, next_token, size, paged=bool(token)),
     )
 
 
@@ -129,11 +127,10 @@ def job_page(
     request: Request, found: job_pb2.Job, *, notice: str = "", trouble: Problem | None = None
 ) -> Response:
     """The page of one job (also the answer to a refused action, with its problem)."""
-    return console_of(request).render(
+    return _page(
         request,
         "job.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
+        trouble,
         notice=notice,
         job=found,
         fields=present.job_fields(found),
@@ -172,62 +169,61 @@ async def failed(request: Request) -> Response:
         trouble = Problem(400, "Bad page token", str(error))
     except JobgateError as error:
         trouble = problem(error)
-    return console.render(
-        request,
-        "failed.html",
-        status=trouble.status if trouble else 200,
-        problem=trouble,
-        jobs=shown,
-        filter=extra,
-        present=present,
-        next_link=_link("/failed", filter=extra, page_token=after.encode(), page_size=str(size))
-        if after is not None and not after.done
-        else "",
-        first_link=_link("/failed", filter=extra) if request.query_params.get("page_token") else "",
-    )
+    next_token = after.encode() if after is not None and not after.done else ""
+    paged = bool(request.query_params.get("page_token"))
+    links = _paging_links("/failed", extra, next_token, size, paged=paged)
+    return _page(request, "failed.html", trouble, jobs=shown, filter=extra, **links)
 
 
 async def queues(request: Request) -> Response:
-    if (redirect := login_redirect(request)) is not None:
-        return redirect
-    console = console_of(request)
-    stats: list[job_pb2.QueueStats] = []
-    trouble: Problem | None = None
-    try:
-        stats = await console.client(session_of(request)).list_queues()
-    except JobgateError as error:
-        trouble = _admin_problem(error)
-    stats.sort(key=lambda q: (q.model, q.priority, q.pool))
-    template = "_queues_table.html" if request.query_params.get("partial") else "queues.html"
-    return console.render(
-        request,
-        template,
-        status=trouble.status if trouble else 200,
-        problem=trouble,
-        queues=stats,
-        present=present,
-    )
+    return await _admin_page(request, "queues", _sorted_queues)
 
 
 async def workers(request: Request) -> Response:
+    return await _admin_page(request, "workers", JobClient.list_workers)
+
+
+async def _sorted_queues(client: JobClient) -> list[job_pb2.QueueStats]:
+    stats = await client.list_queues()
+    return sorted(stats, key=lambda q: (q.model, q.priority, q.pool))
+
+
+async def _admin_page(
+    request: Request, name: str, read: Callable[[JobClient], Awaitable[Sequence[Message]]]
+) -> Response:
+    """The queues or workers page: `name`.html, or only its table when polled (`partial`)."""
     if (redirect := login_redirect(request)) is not None:
         return redirect
     console = console_of(request)
-    found: list[job_pb2.Worker] = []
+    rows: Sequence[Message] = []
     trouble: Problem | None = None
     try:
-        found = await console.client(session_of(request)).list_workers()
+        rows = await read(console.client(session_of(request)))
     except JobgateError as error:
         trouble = _admin_problem(error)
-    template = "_workers_table.html" if request.query_params.get("partial") else "workers.html"
-    return console.render(
-        request,
-        template,
-        status=trouble.status if trouble else 200,
-        problem=trouble,
-        workers=found,
-        present=present,
+    partial = request.query_params.get("partial")
+    return _page(
+        request, f"_{name}_table.html" if partial else f"{name}.html", trouble, **{name: rows}
     )
+
+
+def _page(request: Request, template: str, trouble: Problem | None, **context: Any) -> Response:
+    """A page that renders even when its read failed: `trouble` then shows above it."""
+    status = trouble.status if trouble else 200
+    return console_of(request).render(
+        request, template, status=status, problem=trouble, present=present, **context
+    )
+
+
+def _paging_links(
+    path: str, expression: str, next_token: str, size: int, *, paged: bool
+) -> dict[str, str]:
+    """The next page's link (none on the last page) and the first page's (none on the first)."""
+    next_link = _link(path, filter=expression, page_token=next_token, page_size=str(size))
+    return {
+        "next_link": next_link if next_token else "",
+        "first_link": _link(path, filter=expression) if paged else "",
+    }
 
 
 def _admin_problem(error: JobgateError) -> Problem:
@@ -242,8 +238,7 @@ async def bulk_run(request: Request) -> Response:
     if (redirect := login_redirect(request)) is not None:
         return redirect
     console = console_of(request)
-    run = console.bulk.get(request.path_params["run_id"], session_of(request).id)
-    if run is None:
+    if (run := bulk_run_of(request)) is None:
         gone = Problem(404, "No such bulk retry", "it ended over an hour ago, or is not yours")
         return console.render(request, "bulk.html", 404, problem=gone, run=None)
     return console.render(request, "bulk.html", problem=None, run=run)

@@ -24,6 +24,7 @@ from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 
+from jobgate._address import Address
 from jobgate.client._channel import DEFAULT_TARGET, ConnectionConfig
 from jobgate.console.passwords import Users, UsersFileError
 
@@ -43,12 +44,8 @@ class AuthMode(StrEnum):
 
 
 @dataclass(frozen=True)
-class Listen:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+class Listen(Address):
+    """Where the console listens; off loopback it needs a login and TLS (`validate`)."""
 
     @property
     def loopback(self) -> bool:

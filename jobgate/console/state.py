@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from jobgate.client import JobClient
-from jobgate.console.bulk import BulkRetries
+from jobgate.console.bulk import BulkRetries, BulkRetry
 from jobgate.console.gateway import Gateway
 from jobgate.console.sessions import Session, Sessions
 from jobgate.console.settings import AuthMode, ConsoleSettings
@@ -71,6 +71,11 @@ def console_of(request: Request) -> Console:
 def session_of(request: Request) -> Session:
     session: Session = request.scope["state"]["session"]
     return session
+
+
+def bulk_run_of(request: Request) -> BulkRetry | None:
+    """The bulk retry the path names, if this session started it (and it has not expired)."""
+    return console_of(request).bulk.get(request.path_params["run_id"], session_of(request).id)
 
 
 def replace_session(request: Request, session: Session) -> None:

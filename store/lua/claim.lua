@@ -8,8 +8,7 @@
                   (hints) and their parents
     KEYS[last]    this call's operation key (includes/once.lua): the leases
                   are recorded under it as JSON [[id, lease_id, deadline], ...]
-    ARGV[1..4]    ready channel, changes channel, events_max_length, result_ttl_ms
-                  (common.lua)
+    ARGV[1..4]    the transition arguments (includes/common.lua)
     ARGV[5]       worker_id
     ARGV[6]       lease_timeout_ms
     ARGV[7]       max_jobs

@@ -6,8 +6,7 @@
     KEYS[1..10]  the transition keys (see includes/common.lua)
     KEYS[11..15] the declared job and model groups (includes/declared.lua):
                  the job (one group)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
+    ARGV[1..4]   the transition arguments (includes/common.lua)
     ARGV[5]      job id
     ARGV[6]      lease id (fencing token)
     ARGV[7]      progress (0..1, as a string)

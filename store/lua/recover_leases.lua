@@ -2,13 +2,8 @@
   Expired leases: requeue at the original place, or end FAILED past max_attempts.
 
   Input:
-    KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11..]   the declared job and model groups and raw keys
-                 (includes/declared.lua): the due ids and what their plans
-                 ask for, once asked for (includes/recover.lua)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
-    ARGV[5]      limit: at most this many expired leases per call
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
 
   Reads only what expired (ZRANGEBYSCORE leases -inf now LIMIT 0 limit):
   O(limit x log N), never O(in flight).

@@ -3,13 +3,8 @@
   became QUEUED) end FAILED with error_code QUEUE_TIMEOUT.
 
   Input:
-    KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11..]   the declared job and model groups and raw keys
-                 (includes/declared.lua): the due ids and what their plans
-                 ask for, once asked for (includes/recover.lua)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
-    ARGV[5]      limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
 
   Reads only what is due (ZRANGEBYSCORE queue_timeouts -inf now LIMIT).
 
@@ -25,8 +20,7 @@
 --- @include "plan"
 --- @include "recover"
 
-local ids = redis.call('ZRANGEBYSCORE', K_QTIMEOUTS, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[5]))
-local handled = handle_due(ids, plan_transition, function(id)
+local handled = handle_due(due_ids(K_QTIMEOUTS, tonumber(ARGV[5])), plan_transition, function(id)
   redis.call('ZREM', K_QTIMEOUTS, id)
   if redis.call('HGET', jk(id), 'status') == ST.QUEUED then
     finish(id, ST.FAILED, ERR.QUEUE_TIMEOUT, MSG_QUEUE_TIMEOUT)

@@ -2,13 +2,8 @@
   Retries whose backoff ended: the QUEUED job becomes claimable at its place.
 
   Input:
-    KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11..]   the declared job and model groups and raw keys
-                 (includes/declared.lua): the due ids and what their plans
-                 ask for, once asked for (includes/recover.lua)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
-    ARGV[5]      limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
 
   Reads only what is due (ZRANGEBYSCORE retries -inf now LIMIT).
 
@@ -33,8 +28,7 @@ local function plan_retry(id)
   end
 end
 
-local ids = redis.call('ZRANGEBYSCORE', K_RETRIES, '-inf', NOW, 'LIMIT', 0, tonumber(ARGV[5]))
-local handled = handle_due(ids, plan_retry, function(id)
+local handled = handle_due(due_ids(K_RETRIES, tonumber(ARGV[5])), plan_retry, function(id)
   redis.call('ZREM', K_RETRIES, id)
   local f = redis.call('HMGET', jk(id), 'status', 'model', 'priority', 'seq', 'pool')
   if not f[1] then

@@ -3,13 +3,8 @@
   attempt with error_code RUN_TIMEOUT, retried after the backoff.
 
   Input:
-    KEYS[1..10]  the transition keys (see includes/common.lua)
-    KEYS[11..]   the declared job and model groups and raw keys
-                 (includes/declared.lua): the due ids and what their plans
-                 ask for, once asked for (includes/recover.lua)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
-    ARGV[5]      limit
+    KEYS[1..], ARGV[1..5]  the recovery input (includes/recover.lua): transition
+                           keys, declared job and model groups, ARGV[5] the limit
     ARGV[6]      retry backoff base ms
     ARGV[7]      retry backoff cap ms
 

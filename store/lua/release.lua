@@ -14,8 +14,7 @@
                  undone (claim.lua's last KEY). Its recorded leases are
                  released, and it is marked so that the claim, should it
                  still run (its request was delayed), claims nothing.
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
+    ARGV[1..4]   the transition arguments (includes/common.lua)
     ARGV[5]      1 if KEYS[last] is a claim's operation key, else 0
     ARGV[6..]    job id, lease id pairs to release (besides KEYS[last]'s)
     ARGV[..]     the declaration tail (includes/declared.lua)

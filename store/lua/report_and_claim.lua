@@ -14,8 +14,7 @@
     KEYS[last]    this call's operation key for the claim (includes/once.lua):
                   its leases are recorded as claim.lua records them, so
                   release.lua can give them back when the caller is gone
-    ARGV[1..4]    ready channel, changes channel, events_max_length, result_ttl_ms
-                  (common.lua)
+    ARGV[1..4]    the transition arguments (includes/common.lua)
     ARGV[5]       worker_id
     ARGV[6]       lease_timeout_ms
     ARGV[7]       max_jobs (0: claim nothing)

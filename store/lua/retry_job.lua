@@ -9,8 +9,7 @@
                  for (its model, idempotency key, a group's children with
                  their models and keys)
     KEYS[last]   this call's operation key (includes/once.lua)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
+    ARGV[1..4]   the transition arguments (includes/common.lua)
     ARGV[5]      job id
     ARGV[6]      tenant (another tenant's job is JOB_NOT_FOUND; '' = any tenant,
                  an admin's retry)

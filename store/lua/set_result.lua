@@ -11,8 +11,7 @@
     KEYS[last]   this call's operation key (includes/once.lua); only its name is
                  used: the ended record keeps it ('op'), so a resend of this
                  call answers as the first run did without a key of its own
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
+    ARGV[1..4]   the transition arguments (includes/common.lua)
     ARGV[5]      job id
     ARGV[6]      lease id (fencing token)
     ARGV[7]      status: "completed" | "failed"

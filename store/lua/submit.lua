@@ -10,8 +10,7 @@
                  idempotency key names, once asked for
     KEYS[last]   this call's operation key (unused: the new job's id, drawn by the
                  caller per call, tells a resend: the job exists)
-    ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
-                 (common.lua)
+    ARGV[1..4]   the transition arguments (includes/common.lua)
     ARGV[5]      tenant
     ARGV[6]      request fingerprint
     ARGV[7]      max_live_per_tenant

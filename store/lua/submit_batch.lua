@@ -10,8 +10,7 @@
                   every job id of every item and every model; the jobs
                   idempotency keys name, once asked for
     KEYS[last]    this call's operation key (includes/once.lua)
-    ARGV[1..4]    ready channel, changes channel, events_max_length, result_ttl_ms
-                  (common.lua)
+    ARGV[1..4]    the transition arguments (includes/common.lua)
     ARGV[5]       max_live_per_tenant
     ARGV[6]       max_live_total
     ARGV[7]       max_group_children

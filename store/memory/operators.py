@@ -25,13 +25,9 @@ class Operators:
     def _wake(self, *job_ids: str) -> None:
         raise NotImplementedError  # LocalEngine's
 
-    async def _finished_loaded(
-        self,
-        job_ids: Iterable[str] = (),
-        keys: Iterable[tuple[str, str]] = (),
-        every: bool = False,
-    ) -> None:
-        raise NotImplementedError  # LocalEngine's
+    async def _finished_loaded(self, job_ids: Iterable[str] = (), *, every: bool = False) -> None:
+        # LocalEngine's, which also takes idempotency keys; only ids and every are used here
+        raise NotImplementedError
 
     async def list_jobs(
         self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int

@@ -15,27 +15,16 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from store.poll import EVERY_CHANGE
+from store.poll import EVERY_CHANGE, TopicListener, unindex
 
 
-class LocalListener:
+class LocalListener(TopicListener):
     def __init__(self, waiters: Waiters, topics: Iterable[str]) -> None:
+        super().__init__(topics)
         self._waiters = waiters
-        self.own = set(topics)
-        self.topics: set[str] = set()
-        self.event = asyncio.Event()
-        self.own_event = asyncio.Event()
 
-    def add(self, topic: str) -> bool:
-        if topic in self.topics:
-            return False
-        self.topics.add(topic)
+    def _listen(self, topic: str) -> None:
         self._waiters.register(self, topic)
-        return True
-
-    def clear(self) -> None:
-        self.event.clear()
-        self.own_event.clear()
 
     def wake(self, topic: str) -> None:
         self.event.set()
@@ -46,11 +35,6 @@ class LocalListener:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.event.wait(), timeout)
 
-    async def settle(self, seconds: float) -> None:
-        if self.event.is_set() and not self.own_event.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.own_event.wait(), seconds)
-
 
 class Waiters:
     """The listeners of each topic; a wake-up of a topic sets every listener of it."""
@@ -60,19 +44,13 @@ class Waiters:
 
     @contextlib.contextmanager
     def listen(self, topics: Iterable[str]) -> Iterator[LocalListener]:
-        own = list(topics)
-        listener = LocalListener(self, own)
-        for topic in own:
-            listener.add(topic)
+        listener = LocalListener(self, topics)
+        for topic in listener.topics:
+            self.register(listener, topic)
         try:
             yield listener
         finally:
-            for topic in listener.topics:
-                listening = self._by_topic.get(topic)
-                if listening is not None:
-                    listening.discard(listener)
-                    if not listening:
-                        del self._by_topic[topic]
+            unindex(self._by_topic, listener)
 
     def register(self, listener: LocalListener, topic: str) -> None:
         self._by_topic.setdefault(topic, set()).add(listener)

@@ -29,6 +29,7 @@ from redis.exceptions import (
 
 from store.errors import QueueFull, StoreError, StoreMisconfigured, StoreUnavailable
 from store.keys import Keys
+from store.poll import stop_task
 from store.redis.notify import CHANGES, READY, Notifier
 from store.redis.pools import BoundedCluster, Connector, StoreClient
 from store.redis.scripts import ArgValue, Scripts
@@ -271,10 +272,7 @@ class Connection:
 
     async def close(self) -> None:
         self.closed = True
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
+        await stop_task(self._follower)
         await self.notifier.close()
 
     async def close_clients(self) -> None:

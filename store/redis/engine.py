@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from store import model
 from store.errors import (
     FailureHook,
     InvalidRequest,
@@ -47,29 +48,6 @@ from store.errors import (
     ignore_failure,
 )
 from store.keys import Keys, partition_tags
-from store.model import (
-    PRIORITIES_IN_CLAIM_ORDER,
-    CancelResult,
-    ClaimedJob,
-    GroupSpec,
-    HeartbeatResult,
-    Job,
-    JobEvent,
-    JobFilter,
-    JobPage,
-    ListCursor,
-    Priority,
-    QueueStats,
-    ReportAnswer,
-    ReportedAndClaimed,
-    ResultRecorded,
-    ResultReport,
-    StoreSettings,
-    SubmitRequest,
-    SubmitResult,
-    WorkerInfo,
-    WorkerSighting,
-)
 from store.policy import class_parts, position_settle
 from store.redis.connection import Connection, text, translated
 from store.redis.events import MergedEvents
@@ -92,7 +70,7 @@ SAFETY_RECHECK = 5.0
 # most this many times before it waits for a notification.
 PLAN_ROUNDS = 8
 
-_RANK = {priority: rank for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER)}
+_RANK = {priority: rank for rank, priority in enumerate(model.PRIORITIES_IN_CLAIM_ORDER)}
 
 
 def recheck() -> float:
@@ -111,11 +89,11 @@ class _Plan:
     counts: list[tuple[int, int]]  # (partition, jobs to claim there), best first
     order: dict[str, Order]  # job id -> its place in claim order
 
-    def sort(self, claimed: Iterable[ClaimedJob], partitions: int) -> list[ClaimedJob]:
+    def sort(self, claimed: Iterable[model.ClaimedJob], partitions: int) -> list[model.ClaimedJob]:
         """Leases in claim order; a job the plan did not see (others took the
         ones it saw first) sorts after its priority's seen ones."""
 
-        def place(lease: ClaimedJob) -> tuple[Order, str]:
+        def place(lease: model.ClaimedJob) -> tuple[Order, str]:
             job = lease.job
             unseen = (_RANK[job.priority], float("inf"), partition_of(job.id, partitions))
             return self.order.get(job.id, unseen), job.id
@@ -136,7 +114,7 @@ class RedisEngine:
     def __init__(
         self,
         url: str,
-        settings: StoreSettings,
+        settings: model.StoreSettings,
         *,
         partition: str,
         partitions: int,
@@ -263,14 +241,16 @@ class RedisEngine:
     def _tenant_part(self, tenant: str) -> int:
         return partition_of(tenant, len(self.parts))
 
-    async def submit(self, request: SubmitRequest) -> SubmitResult:
+    async def submit(self, request: model.SubmitRequest) -> model.SubmitResult:
         # a keyed submit goes where its key lives; under fair share every
         # submit of a tenant does, so its passes are one sequence
         by_tenant = request.idempotency_key or self.settings.fair_share
         index = self._tenant_part(request.tenant) if by_tenant else self._next_turn()
         return (await self._submit(index, [request]))[0]
 
-    async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+    async def submit_batch(
+        self, requests: Sequence[model.SubmitRequest]
+    ) -> list[model.SubmitResult]:
         keyed = [
             request.tenant
             for request in requests
@@ -287,7 +267,9 @@ class RedisEngine:
                 ).for_item(item)
         return await self._submit(self._tenant_part(tenant), requests)
 
-    async def _submit(self, index: int, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+    async def _submit(
+        self, index: int, requests: Sequence[model.SubmitRequest]
+    ) -> list[model.SubmitResult]:
         """Submit to partition `index`, the others counted from their cached view."""
         part, s = self.parts[index], self.settings
         if len(self.parts) == 1:
@@ -310,7 +292,9 @@ class RedisEngine:
             self._occupancy.maybe(index)
         return [await self._positioned(index, result, view) for result in results]
 
-    async def _positioned(self, index: int, result: SubmitResult, view: View) -> SubmitResult:
+    async def _positioned(
+        self, index: int, result: model.SubmitResult, view: View
+    ) -> model.SubmitResult:
         """A Submit's answer with the other partitions' queues counted in its position:
         a new job's from the view, a reused (older) one's as Get counts it."""
         job, position = result.job, result.job.queue_position
@@ -321,10 +305,10 @@ class RedisEngine:
         else:
             ahead = view.ahead.get((job.model, job.priority, job.pool), 0)
             job = dataclasses.replace(job, queue_position=position + ahead)
-        return SubmitResult(job, result.reused)
+        return model.SubmitResult(job, result.reused)
 
     # Reads ---------------------------------------------------------------------
-    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> model.Job:
         index = partition_of(job_id, len(self.parts))
         job, score = await self.parts[index].get(tenant, job_id, operation)
         if len(self.parts) == 1 or job.queue_position is None:
@@ -332,7 +316,7 @@ class RedisEngine:
         ahead = await position_elsewhere(self.connection, self.parts, index, job, score)
         return dataclasses.replace(job, queue_position=job.queue_position + ahead)
 
-    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job:
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> model.Job:
         """A waiter's read: queued behind other waiters, never failing for want of a connection."""
         async with self.waiter_reads:
             return await self.get(tenant, job_id, "watch")
@@ -340,19 +324,25 @@ class RedisEngine:
     async def payload(self, tenant: str | None, job_id: str) -> bytes:
         return await self.part_of(job_id).payload(tenant, job_id)
 
-    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[model.Job]:
         return await self.part_of(job_id).list_children(tenant, job_id)
 
     async def list_jobs(
-        self, tenant: str | None, query: JobFilter, after: ListCursor | None, page_size: int
-    ) -> JobPage:
+        self,
+        tenant: str | None,
+        query: model.JobFilter,
+        after: model.ListCursor | None,
+        page_size: int,
+    ) -> model.JobPage:
         parent = next((t.value for t in query.terms if t.field == "parent_id"), None)
         part = None if parent is None else partition_of(str(parent), len(self.parts))
         listers = [p.lister for p in self.parts]
         return await list_pages(listers, tenant, query, after, page_size, part)
 
     # Claim ---------------------------------------------------------------------
-    async def claim_now(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+    async def claim_now(
+        self, worker_id: str, models: list[str], max_jobs: int
+    ) -> list[model.ClaimedJob]:
         """Claim up to max_jobs now, in claim order (no wait)."""
         if len(self.parts) == 1:
             return await self.owner.claim(worker_id, models, max_jobs)
@@ -375,7 +365,7 @@ class RedisEngine:
 
     async def _claim_in(
         self, candidates: list[int], worker_id: str, models: list[str], max_jobs: int
-    ) -> list[ClaimedJob]:
+    ) -> list[model.ClaimedJob]:
         """Claim from the one partition that may hold work (none: nothing to claim)."""
         if not candidates:
             return []
@@ -401,10 +391,10 @@ class RedisEngine:
         queues: list[tuple[int, int, str]] = []  # (partition, priority rank, class) per command
         for index in indexes:
             part = self.parts[index]
-            for rank, priority in enumerate(PRIORITIES_IN_CLAIM_ORDER):
+            for rank, priority in enumerate(model.PRIORITIES_IN_CLAIM_ORDER):
                 for job_class in models:
-                    model, pool = class_parts(job_class)
-                    queue = part.keys.queue(model, priority, pool)
+                    model_name, pool = class_parts(job_class)
+                    queue = part.keys.queue(model_name, priority, pool)
                     commands.append(["ZRANGE", queue, 0, max_jobs - 1, "WITHSCORES"])
                     queues.append((index, rank, job_class))
         began = self._occupancy.generations(models, indexes)
@@ -424,7 +414,7 @@ class RedisEngine:
     async def _all_or_release(
         self,
         calls: Sequence[Awaitable[T]],
-        leases_of: Callable[[T], Iterable[ClaimedJob]],
+        leases_of: Callable[[T], Iterable[model.ClaimedJob]],
     ) -> list[T]:
         """Run calls on several partitions at once; if one fails or the caller is
         gone, give back the leases the others made (nobody will receive them)."""
@@ -442,7 +432,9 @@ class RedisEngine:
         return [o for o in outcomes if not isinstance(o, BaseException)]
 
     def _release_later(
-        self, done: asyncio.Future[list[Any]], leases_of: Callable[[Any], Iterable[ClaimedJob]]
+        self,
+        done: asyncio.Future[list[Any]],
+        leases_of: Callable[[Any], Iterable[model.ClaimedJob]],
     ) -> None:
         if done.cancelled():  # the loop is shutting down: the leases expire
             return
@@ -451,7 +443,7 @@ class RedisEngine:
         task.add_done_callback(self._pending.discard)
 
     async def _release_quietly(
-        self, outcomes: list[Any], leases_of: Callable[[Any], Iterable[ClaimedJob]]
+        self, outcomes: list[Any], leases_of: Callable[[Any], Iterable[model.ClaimedJob]]
     ) -> None:
         leases = [
             lease
@@ -463,8 +455,8 @@ class RedisEngine:
             # a lease not given back expires after lease_timeout, as after a crash
             await self.release(leases)
 
-    async def release(self, leases: Sequence[ClaimedJob]) -> int:
-        by_part: dict[int, list[ClaimedJob]] = {}
+    async def release(self, leases: Sequence[model.ClaimedJob]) -> int:
+        by_part: dict[int, list[model.ClaimedJob]] = {}
         for lease in leases:
             by_part.setdefault(partition_of(lease.job.id, len(self.parts)), []).append(lease)
         counts = await asyncio.gather(
@@ -476,12 +468,12 @@ class RedisEngine:
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
-    ) -> HeartbeatResult:
+    ) -> model.HeartbeatResult:
         return await self.part_of(job_id).heartbeat(job_id, lease_id, progress, stage)
 
     async def record_result(
-        self, job_id: str, lease_id: str, report: ResultReport
-    ) -> ResultRecorded:
+        self, job_id: str, lease_id: str, report: model.ResultReport
+    ) -> model.ResultRecorded:
         index = partition_of(job_id, len(self.parts))
         recorded = await self.parts[index].record_result(job_id, lease_id, report)
         self._occupancy.maybe(index)  # a retry, or a group's next child, may be queued
@@ -491,9 +483,9 @@ class RedisEngine:
         self,
         worker_id: str,
         models: list[str],
-        results: Sequence[tuple[str, str, ResultReport]],
+        results: Sequence[tuple[str, str, model.ResultReport]],
         max_jobs: int,
-    ) -> ReportedAndClaimed:
+    ) -> model.ReportedAndClaimed:
         """Each partition's results in one script, which also claims there if the
         plan says so; the plan's other partitions are claimed from at the same
         time. Atomic per partition, not across them."""
@@ -528,24 +520,24 @@ class RedisEngine:
         steps = await self._all_or_release(calls, lambda step: step.claimed)
         for index in by_part:
             self._occupancy.maybe(index)
-        answers: dict[int, ReportAnswer] = {}
-        claimed: list[ClaimedJob] = []
+        answers: dict[int, model.ReportAnswer] = {}
+        claimed: list[model.ClaimedJob] = []
         for index, step in zip(order, steps, strict=True):
             answers.update(zip(by_part.get(index, []), step.results, strict=True))
             claimed += step.claimed
-        return ReportedAndClaimed(
+        return model.ReportedAndClaimed(
             [answers[i] for i in range(len(results))], chosen.sort(claimed, len(self.parts))
         )
 
     async def cancel(
         self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
-    ) -> CancelResult:
+    ) -> model.CancelResult:
         index = partition_of(job_id, len(self.parts))
         result = await self.parts[index].cancel(tenant, job_id, reason, actor)
         self._occupancy.maybe(index)  # a cancelled child's group may queue its next child
         return result
 
-    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> Job:
+    async def retry_job(self, tenant: str | None, job_id: str, actor: str = "") -> model.Job:
         """retry_job.lua in the job's partition; on several, the caps count the
         others' live jobs from the cached view Submit uses (at most a second old)."""
         index = partition_of(job_id, len(self.parts))
@@ -553,7 +545,7 @@ class RedisEngine:
         if len(self.parts) == 1:
             return await self.owner.retry_job(tenant, job_id, actor)
         owner = (await self.parts[index].get(tenant, job_id, "retry_job"))[0].tenant
-        view = await self._others.view(index, [SubmitRequest(owner, GroupSpec(()))])
+        view = await self._others.view(index, [model.SubmitRequest(owner, model.GroupSpec(()))])
         s = self.settings
         caps = (
             max(s.max_live_per_tenant - view.tenants[owner], 0),
@@ -565,8 +557,8 @@ class RedisEngine:
         return await self.get(tenant, job_id, "retry_job")  # its position over every partition
 
     # Recovery ------------------------------------------------------------------
-    async def recover(self) -> list[JobEvent]:
-        events: list[JobEvent] = []
+    async def recover(self) -> list[model.JobEvent]:
+        events: list[model.JobEvent] = []
         for index, part in enumerate(self.parts):
             # one after another: recovery's own pool has two connections
             found = await recover(part)
@@ -582,7 +574,7 @@ class RedisEngine:
     # Events (store/redis/events.py merges several partitions' streams) -----------
     async def events(
         self, after: str = "0", count: int = 100, block: timedelta | None = None
-    ) -> list[JobEvent]:
+    ) -> list[model.JobEvent]:
         if len(self.parts) == 1:
             return await self.owner.reads.events(after, count, block)
         return await self._events.events(after, count, block)
@@ -597,8 +589,8 @@ class RedisEngine:
         return await self._events.newest_event_id()
 
     # Gauges ----------------------------------------------------------------------
-    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
-        totals: dict[tuple[str, Priority, str], int] = {}
+    async def ready_counts(self) -> dict[tuple[str, model.Priority, str], int]:
+        totals: dict[tuple[str, model.Priority, str], int] = {}
         for counts in await asyncio.gather(*(part.reads.ready_counts() for part in self.parts)):
             for queue, size in counts.items():
                 totals[queue] = totals.get(queue, 0) + size
@@ -607,18 +599,18 @@ class RedisEngine:
     async def in_flight(self) -> dict[str, int]:
         totals: dict[str, int] = {}
         for counts in await asyncio.gather(*(part.reads.in_flight() for part in self.parts)):
-            for model, count in counts.items():
-                totals[model] = totals.get(model, 0) + count
+            for model_name, count in counts.items():
+                totals[model_name] = totals.get(model_name, 0) + count
         return totals
 
     # The fleet (store/redis/fleet.py: the registry lives in partition 0) -----------
-    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+    async def record_workers(self, seen: Sequence[model.WorkerSighting]) -> None:
         await self.fleet.record(seen)
 
-    async def list_workers(self) -> list[WorkerInfo]:
+    async def list_workers(self) -> list[model.WorkerInfo]:
         return await self.fleet.workers()
 
-    async def queue_stats(self) -> list[QueueStats]:
+    async def queue_stats(self) -> list[model.QueueStats]:
         return await self.fleet.queue_stats()
 
     async def demand(self, model: str, pool: str | None) -> int:

@@ -55,7 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
 from store.errors import StoreUnavailable
-from store.poll import EVERY_CHANGE
+from store.poll import EVERY_CHANGE, TopicListener, stop_task, unindex
 
 log = logging.getLogger(__name__)
 
@@ -84,37 +84,26 @@ class UnheardTopic(RuntimeError):
     """A listener for messages of a channel the store does not subscribe to (a bug)."""
 
 
-class Listener:
+class Listener(TopicListener):
     """Waits for any message among `topics` (e.g. "r gpt-small", "j 01H...")."""
 
     def __init__(self, notifier: Notifier, topics: Iterable[str], wake_one: bool = False) -> None:
+        super().__init__(topics)
         self._notifier = notifier
-        self.topics: set[str] = set(topics)
         # one of the claims an "r" message wakes only one of (module docstring)
         self.wake_one = wake_one
         # the "r" topics it was woken alone for (and any later message of its
         # topics that found it still woken), until its next clear(); handed
         # on if it leaves unread, or if more than one (its read may take one)
         self.owed: list[str] = []
-        # The first topics are the listener's own (a message there is urgent);
-        # later ones, added with `add`, only say that something nearby moved.
-        self.own: set[str] = set(self.topics)
-        self.event = asyncio.Event()
-        self.own_event = asyncio.Event()
         self.waiting = False
 
-    def add(self, topic: str) -> bool:
-        """Listen to one more topic; True if it is new (messages before now were missed)."""
-        if topic in self.topics:
-            return False
+    def _listen(self, topic: str) -> None:
         self._notifier.require(topic)
-        self.topics.add(topic)
         self._notifier._index(self, topic)
-        return True
 
     def clear(self) -> None:
-        self.event.clear()
-        self.own_event.clear()
+        super().clear()
         owed, self.owed = self.owed, []
         if len(owed) > 1:
             # e.g. woken for "r b", then "r a" found no other claim of "a"
@@ -122,16 +111,6 @@ class Listener:
             # another claim of it (or, none waiting, every claim of it)
             for topic in owed:
                 self._notifier._wake_one(topic)
-
-    async def settle(self, seconds: float) -> None:
-        """After a wake-up by a later topic only, wait up to `seconds` for an own one.
-
-        A queue that moves many times a second then costs each watcher one
-        re-read per `seconds`, not one per move; its own change is never delayed.
-        """
-        if self.event.is_set() and not self.own_event.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.own_event.wait(), seconds)
 
     async def wait(self, timeout: float) -> None:
         """Return on a message, on timeout or at close; raise if pub/sub is down."""
@@ -212,10 +191,7 @@ class Notifier:
 
     async def close(self) -> None:
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
         for subscription in self._subscriptions:
             await subscription.close()
         self._subscriptions = []
@@ -246,12 +222,7 @@ class Notifier:
             yield listener
         finally:
             self._unqueue(listener)
-            for topic in listener.topics:
-                waiting = self._listeners.get(topic)
-                if waiting is not None:
-                    waiting.discard(listener)
-                    if not waiting:
-                        del self._listeners[topic]
+            unindex(self._listeners, listener)
             if listener.event.is_set():
                 # woken alone and gone without reading: the jobs are still
                 # claimable and no other claim was told
@@ -476,10 +447,8 @@ class Subscription:
 
     async def close(self) -> None:
         self.live = False
-        if self.reader is not None and self.reader is not asyncio.current_task():
-            self.reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.reader
+        if self.reader is not asyncio.current_task():
+            await stop_task(self.reader)
         self.reader = None
         await self._close_pubsub()
 

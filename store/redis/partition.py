@@ -25,29 +25,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
-from store import fields, tokens
+from store import fields, model, tokens
 from store.codes import error_for
 from store.errors import FailureHook, StoreError, StoreUnavailable, reporting
 from store.fields import copied, ms_to_datetime, to_ms
 from store.keys import Declared, Keys
-from store.model import (
-    CancelResult,
-    ClaimedJob,
-    GroupSpec,
-    HeartbeatResult,
-    Job,
-    JobKind,
-    JobSpec,
-    JobStatus,
-    Priority,
-    ReportAnswer,
-    ReportedAndClaimed,
-    ResultRecorded,
-    ResultReport,
-    StoreSettings,
-    SubmitRequest,
-    SubmitResult,
-)
 from store.policy import child_key, limits, queue_class
 from store.redis.calls import DECLARE_ROUNDS, ScriptCall, declare_needed, keys_needed, texts
 from store.redis.codec import (
@@ -92,7 +74,7 @@ class Partition:
         self,
         connection: Connection,
         keys: Keys,
-        settings: StoreSettings,
+        settings: model.StoreSettings,
         hints: Hints,
         new_id: Callable[[], str],
         failures: FailureHook,
@@ -141,12 +123,12 @@ class Partition:
             f"{call.script}.lua still met undeclared keys after {DECLARE_ROUNDS} calls"
         )
 
-    def _job(self, snapshot: Any) -> Job:
+    def _job(self, snapshot: Any) -> model.Job:
         job = job_from_snapshot(snapshot)
         self._hints.learn(job, self.keys)
         return job
 
-    def _claimed(self, entry: Any) -> ClaimedJob:
+    def _claimed(self, entry: Any) -> model.ClaimedJob:
         """claim_jobs.lua's entry; its 5th item (held siblings) is a hint for the end."""
         claimed = claimed_from_reply(entry[:4])
         self._hints.learn(claimed.job, self.keys)
@@ -156,7 +138,9 @@ class Partition:
         return claimed
 
     # Submit --------------------------------------------------------------------
-    async def submit(self, request: SubmitRequest, caps: Caps | None = None) -> SubmitResult:
+    async def submit(
+        self, request: model.SubmitRequest, caps: Caps | None = None
+    ) -> model.SubmitResult:
         """The job's queue position is counted in this partition only; `caps` are the
         settings' unless given (the engine's, with other partitions counted)."""
         caps = caps or self._caps()
@@ -176,20 +160,20 @@ class Partition:
         declared = _spec_declared(spec)
         reply = await self.call(ScriptCall("submit", args, declared, keys, [self._op_key()]))
         _check_code(reply, max_group_children=self.settings.max_group_children)
-        return SubmitResult(self._submitted(reply[2]), bool(reply[1]))
+        return model.SubmitResult(self._submitted(reply[2]), bool(reply[1]))
 
     def _caps(self) -> Caps:
         return self.settings.max_live_per_tenant, self.settings.max_live_total
 
-    def _submitted(self, snapshot: Any) -> Job:
+    def _submitted(self, snapshot: Any) -> model.Job:
         job = self._job(snapshot)
-        if job.status is JobStatus.QUEUED and job.kind is not JobKind.GROUP:
+        if job.status is model.JobStatus.QUEUED and job.kind is not model.JobKind.GROUP:
             self._hints.heard_ready(self.keys.notify, job.model, job.id)
         return job
 
     async def submit_batch(
-        self, requests: Sequence[SubmitRequest], caps: Caps | None = None
-    ) -> list[SubmitResult]:
+        self, requests: Sequence[model.SubmitRequest], caps: Caps | None = None
+    ) -> list[model.SubmitResult]:
         caps = caps or self._caps()
         transition_keys = self.keys.transition_keys()
         keys: list[str] = []
@@ -219,11 +203,13 @@ class Partition:
             error = error_for(reply[0], max_group_children=s.max_group_children)
             raise error.for_item(int(reply[1]))
         return [
-            SubmitResult(self._submitted(snap), bool(flag))
+            model.SubmitResult(self._submitted(snap), bool(flag))
             for flag, snap in zip(reply[1], reply[2], strict=True)
         ]
 
-    def _job_spec(self, spec: JobSpec, idempotency_key: str, priority: Priority) -> dict[str, Any]:
+    def _job_spec(
+        self, spec: model.JobSpec, idempotency_key: str, priority: model.Priority
+    ) -> dict[str, Any]:
         effective = limits(spec, self.settings)
         return {
             "id": self.new_id(),
@@ -238,12 +224,12 @@ class Partition:
             "idempotency_key": idempotency_key,
         }
 
-    def _spec(self, request: SubmitRequest) -> tuple[dict[str, Any], list[bytes]]:
+    def _spec(self, request: model.SubmitRequest) -> tuple[dict[str, Any], list[bytes]]:
         key = request.idempotency_key
         work = request.work
         # weight 0: fair share off, one FIFO order (includes/common.lua next_score)
         weight = request.weight if self.settings.fair_share else 0
-        if isinstance(work, GroupSpec):
+        if isinstance(work, model.GroupSpec):
             children = [
                 self._job_spec(child, child_key(key, index), request.priority)
                 for index, child in enumerate(work.children)
@@ -261,7 +247,7 @@ class Partition:
             }
             spec = {
                 **parent,
-                "kind": JobKind.GROUP.value,
+                "kind": model.JobKind.GROUP.value,
                 "priority": int(request.priority),
                 "weight": weight,
                 "max_parallel": max(0, work.max_parallel),
@@ -270,7 +256,7 @@ class Partition:
             return _indexed(self.keys, request.tenant, spec), [c.payload for c in work.children]
         single = self._job_spec(work, key, request.priority)
         spec = {
-            "kind": JobKind.SINGLE.value,
+            "kind": model.JobKind.SINGLE.value,
             "id": single["id"],
             "priority": int(request.priority),
             "weight": weight,
@@ -280,7 +266,9 @@ class Partition:
         return _indexed(self.keys, request.tenant, spec), [work.payload]
 
     # Reads ---------------------------------------------------------------------
-    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> tuple[Job, str]:
+    async def get(
+        self, tenant: str | None, job_id: str, operation: str = "get"
+    ) -> tuple[model.Job, str]:
         """The job (its position counted in this partition) and its queue score."""
         call = ScriptCall(
             "get",
@@ -299,7 +287,7 @@ class Partition:
         _check_code(reply, job_id)
         return bytes(reply[1])
 
-    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[model.Job]:
         call = ScriptCall(
             "children",
             [job_id, _scope(tenant)],
@@ -313,7 +301,9 @@ class Partition:
         return sorted(jobs, key=lambda job: job.child_index)
 
     # Claim ---------------------------------------------------------------------
-    async def claim(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+    async def claim(
+        self, worker_id: str, models: list[str], max_jobs: int
+    ) -> list[model.ClaimedJob]:
         """Claim up to max_jobs of `models` now (no wait), in claim order."""
         declared = self._hints.claim_declared(self.keys, models)
         entries, needed = await self._claim_round(worker_id, models, max_jobs, declared)
@@ -324,10 +314,10 @@ class Partition:
         worker_id: str,
         models: list[str],
         max_jobs: int,
-        claimed: list[ClaimedJob],
+        claimed: list[model.ClaimedJob],
         declared: Declared,
         needed: list[str],
-    ) -> list[ClaimedJob]:
+    ) -> list[model.ClaimedJob]:
         """While a claim stopped at heads it had not declared, claim on with them declared.
 
         Each job's claim is a complete transition, so the claimed ones stand.
@@ -356,7 +346,7 @@ class Partition:
         max_jobs: int,
         declared: Declared,
         peek: int = CLAIM_PEEK,
-    ) -> tuple[list[ClaimedJob], list[str]]:
+    ) -> tuple[list[model.ClaimedJob], list[str]]:
         """One claim.lua call: the jobs claimed and the head ids it stopped for."""
         args: list[ArgValue] = [
             worker_id,
@@ -436,7 +426,7 @@ class Partition:
             declare_needed("release", declared, reply[1:])
         raise StoreError(f"release.lua still met undeclared keys after {DECLARE_ROUNDS} calls")
 
-    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+    async def release(self, leases: Sequence[model.ClaimedJob]) -> int:
         args: list[ArgValue] = [0]
         args += [value for item in leases for value in (item.job.id, item.lease_id)]
         declared = self._hints.hinted(*(item.job.id for item in leases))
@@ -444,7 +434,7 @@ class Partition:
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
-    ) -> HeartbeatResult:
+    ) -> model.HeartbeatResult:
         args: list[ArgValue] = [
             job_id,
             lease_id,
@@ -454,28 +444,28 @@ class Partition:
         ]
         reply = await self.call(ScriptCall("heartbeat", args, Declared([job_id])))
         _check_code(reply, job_id)
-        return HeartbeatResult(ms_to_datetime(reply[1]), bool(reply[2]), text(reply[3]))
+        return model.HeartbeatResult(ms_to_datetime(reply[1]), bool(reply[2]), text(reply[3]))
 
     def backoff(self) -> list[ArgValue]:
         s = self.settings
         return [to_ms(s.retry_backoff_base), to_ms(s.retry_backoff_max)]
 
     async def record_result(
-        self, job_id: str, lease_id: str, report: ResultReport
-    ) -> ResultRecorded:
+        self, job_id: str, lease_id: str, report: model.ResultReport
+    ) -> model.ResultRecorded:
         args: list[ArgValue] = [job_id, lease_id, *_report_args(report), *self.backoff()]
         call = ScriptCall("set_result", args, self._hints.hinted(job_id), trailing=[self._op_key()])
         reply = await self.call(call)
         _check_code(reply, job_id)
-        return ResultRecorded(self._job(reply[1]), applied=reply[2] == 1)
+        return model.ResultRecorded(self._job(reply[1]), applied=reply[2] == 1)
 
     async def report_and_claim(
         self,
         worker_id: str,
         models: list[str],
-        results: Sequence[tuple[str, str, ResultReport]],
+        results: Sequence[tuple[str, str, model.ResultReport]],
         max_jobs: int,
-    ) -> ReportedAndClaimed:
+    ) -> model.ReportedAndClaimed:
         """The results and a claim of up to max_jobs (0: none) in one script."""
         declared = self._hints.claim_declared(
             self.keys, models, self._hints.hinted(*(job_id for job_id, _, _ in results))
@@ -503,16 +493,18 @@ class Partition:
             self._hints.heads_seen(self.keys, models, texts(reply[3]), claimed)
         needed = texts(reply[2])
         claimed = await self._claim_rest(worker_id, models, max_jobs, claimed, declared, needed)
-        return ReportedAndClaimed(answers, claimed)
+        return model.ReportedAndClaimed(answers, claimed)
 
-    def _report_answer(self, job_id: str, code: int, snapshot: Any) -> ReportAnswer:
+    def _report_answer(self, job_id: str, code: int, snapshot: Any) -> model.ReportAnswer:
         if code < 0:
-            return ReportAnswer(job_id, refused=error_for(code, job_id))
-        return ReportAnswer(job_id, ResultRecorded(self._job(snapshot), applied=code == 1))
+            return model.ReportAnswer(job_id, refused=error_for(code, job_id))
+        return model.ReportAnswer(
+            job_id, model.ResultRecorded(self._job(snapshot), applied=code == 1)
+        )
 
     async def cancel(
         self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
-    ) -> CancelResult:
+    ) -> model.CancelResult:
         call = ScriptCall(
             "cancel",
             [job_id, _scope(tenant), reason, actor],
@@ -521,11 +513,11 @@ class Partition:
         )
         reply = await self.call(call)
         _check_code(reply, job_id)
-        return CancelResult(job=self._job(reply[1]), cancelled=reply[0] == 1)
+        return model.CancelResult(job=self._job(reply[1]), cancelled=reply[0] == 1)
 
     async def retry_job(
         self, tenant: str | None, job_id: str, actor: str, caps: Caps | None = None
-    ) -> Job:
+    ) -> model.Job:
         """retry_job.lua; `caps` as submit's (the engine's, other partitions counted)."""
         args: list[ArgValue] = [job_id, _scope(tenant), actor, *(caps or self._caps())]
         call = ScriptCall("retry_job", args, self._hints.hinted(job_id), trailing=[self._op_key()])
@@ -560,7 +552,7 @@ def _scope(tenant: str | None) -> str:
     return "" if tenant is None else tenant
 
 
-def _report_args(report: ResultReport) -> list[ArgValue]:
+def _report_args(report: model.ResultReport) -> list[ArgValue]:
     return [
         report.status.value,
         report.result,
@@ -585,7 +577,7 @@ def _indexed(keys: Keys, tenant: str, spec: dict[str, Any]) -> dict[str, Any]:
     includes/index.lua), and a group's child ids ascending with their index, so
     its children list is in ListJobs' key order (store/redis/listing.py)."""
     jobs = spec["jobs"]
-    if spec["kind"] == JobKind.GROUP.value:
+    if spec["kind"] == model.JobKind.GROUP.value:
         spec["model_index"] = keys.index_model(tenant, spec["model"])
         for job, job_id in zip(jobs, sorted(job["id"] for job in jobs), strict=True):
             job["id"] = job_id

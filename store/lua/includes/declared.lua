@@ -45,13 +45,17 @@ do
   end
 end
 
-local function job_index(id)
-  local i = D_JOB[id]
+-- The KEYS index of `name` in a declared group (D_JOB or D_MODEL); an
+-- undeclared name is a bug in the caller's plan, so it fails the script.
+local function declared_index(group, what, name)
+  local i = group[name]
   if not i then
-    error('undeclared job ' .. tostring(id) .. ' was not declared in KEYS')
+    error('undeclared ' .. what .. ' ' .. tostring(name) .. ' was not declared in KEYS')
   end
   return i
 end
+
+local function job_index(id) return declared_index(D_JOB, 'job', id) end
 
 local function jk(id) return KEYS[job_index(id)] end
 local function payload_key(id) return KEYS[job_index(id) + 1] end
@@ -59,13 +63,7 @@ local function result_key(id) return KEYS[job_index(id) + 2] end
 local function children_key(id) return KEYS[job_index(id) + 3] end
 local function held_key(id) return KEYS[job_index(id) + 4] end
 
-local function class_index(class)
-  local i = D_MODEL[class]
-  if not i then
-    error('undeclared model ' .. tostring(class) .. ' was not declared in KEYS')
-  end
-  return i
-end
+local function class_index(class) return declared_index(D_MODEL, 'model', class) end
 
 -- The ready queue of a queue class ("<model>" or "<model>@<pool>") and priority.
 local function queue_key(class, priority)

@@ -7,6 +7,20 @@
 -- recovery script handles due ids in order while their plans' keys are
 -- declared, and stops before the first whose are not, asking for the keys of
 -- every id left; the caller calls again with them declared.
+--
+-- Every recovery script takes the same input first (its header points here):
+--   KEYS[1..10]  the transition keys (see includes/common.lua)
+--   KEYS[11..]   the declared job and model groups and raw keys
+--                (includes/declared.lua): the due ids and what their plans
+--                ask for, once asked for
+--   ARGV[1..4]   ready channel, changes channel, events_max_length, result_ttl_ms
+--                (common.lua)
+--   ARGV[5]      limit: at most this many due ids per call
+
+-- The first `limit` ids due by now in the index `due_key` (oldest deadline first).
+local function due_ids(due_key, limit)
+  return redis.call('ZRANGEBYSCORE', due_key, '-inf', NOW, 'LIMIT', 0, limit)
+end
 
 -- Handles `ids` in order: plan_item(id) asks for its keys (plan_*), then
 -- handle(id) writes. Returns how many were handled.
@@ -34,8 +48,7 @@ end
 -- deadline index, cleared when the record is gone (an orphan is dropped,
 -- never recreated). Returns how many ids it handled.
 local function fail_due_attempts(due_key, other_key, limit, error_code, message_of, delay_of)
-  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', NOW, 'LIMIT', 0, limit)
-  return handle_due(ids, plan_transition, function(id)
+  return handle_due(due_ids(due_key, limit), plan_transition, function(id)
     redis.call('ZREM', due_key, id)
     local f = redis.call('HMGET', jk(id), 'status', 'attempts')
     if not f[1] then
