@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
-from serving.lifecycle import unless_set
+from jobgate._race import unless_set
 from serving.logs import event_fields
 from store.errors import StoreError
 from store.model import JobEvent

@@ -9,13 +9,14 @@ gRPC servers -> close the store.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
+
+from jobgate._race import unless_set
 
 T = TypeVar("T")
 
@@ -65,27 +66,6 @@ class Lifecycle:
         away) the awaitable is cancelled too, so nothing is left running.
         """
         return await unless_set(self._draining, awaitable)
-
-
-async def unless_set(event: asyncio.Event, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
-    """(True, result) of `awaitable`, or (False, None) when `event` was set first.
-
-    The loser is cancelled (and awaited), so nothing is left running; a
-    cancelled caller cancels the awaitable too.
-    """
-    work = asyncio.ensure_future(awaitable)
-    stopped = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not work.done():
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
-    if work.cancelled():
-        return False, None
-    return True, work.result()
 
 
 @dataclass(frozen=True)

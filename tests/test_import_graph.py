@@ -65,8 +65,9 @@ THIRD_PARTY = frozenset(
     {"redis", "prometheus_client", "grpc_health", "grpc_reflection", "grpc", "grpc_status"}
     | {"starlette", "uvicorn", "jinja2"}
 )
-# Modules of the jobgate layer that `serving` may use (shared formats, not the client).
-SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs", "jobgate._address"})
+# Modules of the jobgate layer that `serving` may use (shared formats and the
+# stdlib-only race helper, not the client).
+SERVING_MAY_USE_FROM_JOBGATE = frozenset({"jobgate._logs", "jobgate._address", "jobgate._race"})
 # Modules of the contract that `store` may use: its vocabulary (limits, error
 # reasons), which load no grpc and no stubs; never the stubs themselves.
 STORE_MAY_USE_FROM_CONTRACT = frozenset({"jobgate.v1.limits", "jobgate.v1.errors"})

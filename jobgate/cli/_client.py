@@ -28,10 +28,10 @@ from jobgate.cli._common import (
     EXIT_RPC,
     EXIT_USAGE,
     UsageError,
-    connection_flags,
+    client_command,
     fail,
+    json_flag,
     print_json,
-    run,
 )
 from jobgate.cli._render import ProgressLine, describe_job, job_line
 from jobgate.client import PRIORITIES, JobClient, is_terminal, job_spec, priority_value
@@ -58,85 +58,68 @@ def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
 
 
 def _add_submit(subcommands: argparse._SubParsersAction[Any]) -> None:
-    parser = subcommands.add_parser(
-        "submit",
-        help="submit a job or a group of jobs",
-        description="Submit one job (--model with --file or --data), a group (--group FILE) "
-        "or many jobs in one atomic call (--batch FILE).",
-    )
-    parser.add_argument("--model", help="model name: which workers may run the job")
-    parser.add_argument(
-        "--pool",
-        default="",
-        metavar="NAME",
-        help="the worker pool to run in (default: any, or the tenant's first pool); "
-        'for --group and --batch, the default of children and lines without "pool"',
-    )
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--file", metavar="FILE", help="payload from a file ('-' for stdin)")
-    source.add_argument("--data", metavar="TEXT", help="payload given inline (UTF-8)")
-    source.add_argument(
-        "--group",
-        metavar="FILE",
-        help='a group: JSON (a list of children or {"children": [...]}) or JSONL, each '
-        'child {"model", "data" or "payload_b64", "content_type", "labels", "pool"}',
-    )
-    source.add_argument(
-        "--batch",
-        metavar="FILE",
-        help="many jobs in one BatchSubmit (all or nothing): JSON lines, one job a line, "
-        'each like a group child plus optional "priority" and "idempotency_key"',
-    )
-    parser.add_argument(
-        "--max-parallel",
-        type=int,
-        default=0,
-        help="group: children run at once (0 = no cap, 1 = one after another)",
-    )
-    parser.add_argument("--priority", choices=sorted(PRIORITIES), default="batch")
-    parser.add_argument("--idempotency-key", metavar="KEY", default="")
-    parser.add_argument(
-        "--label", action="append", default=[], metavar="K=V", help="a label (repeatable)"
-    )
-    parser.add_argument("--content-type", default="", help="payload type (default: guessed)")
-    parser.add_argument("--max-attempts", type=int, default=0, help="0 = server default")
-    parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    connection_flags(parser)
-    parser.set_defaults(run=run(_submit))
+    with client_command(
+        subcommands, "submit", _submit, help="submit a job or a group of jobs"
+    ) as parser:
+        parser.add_argument("--model", help="model name: which workers may run the job")
+        parser.add_argument(
+            "--pool",
+            default="",
+            metavar="NAME",
+            help="the worker pool to run in (default: any, or the tenant's first pool); "
+            'for --group and --batch, the default of children and lines without "pool"',
+        )
+        source = parser.add_mutually_exclusive_group()
+        source.add_argument("--file", metavar="FILE", help="payload from a file ('-' for stdin)")
+        source.add_argument("--data", metavar="TEXT", help="payload given inline (UTF-8)")
+        source.add_argument(
+            "--group",
+            metavar="FILE",
+            help='a group: JSON (a list of children or {"children": [...]}) or JSONL, each '
+            'child {"model", "data" or "payload_b64", "content_type", "labels", "pool"}',
+        )
+        source.add_argument(
+            "--batch",
+            metavar="FILE",
+            help="many jobs in one BatchSubmit (all or nothing): JSON lines, one job a line, "
+            'each like a group child plus optional "priority" and "idempotency_key"',
+        )
+        parser.add_argument(
+            "--max-parallel",
+            type=int,
+            default=0,
+            help="group: children run at once (0 = no cap, 1 = one after another)",
+        )
+        parser.add_argument("--priority", choices=sorted(PRIORITIES), default="batch")
+        parser.add_argument("--idempotency-key", metavar="KEY", default="")
+        parser.add_argument(
+            "--label", action="append", default=[], metavar="K=V", help="a label (repeatable)"
+        )
+        parser.add_argument("--content-type", default="", help="payload type (default: guessed)")
+        parser.add_argument("--max-attempts", type=int, default=0, help="0 = server default")
+        parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
+        json_flag(parser, "machine-readable output")
 
 
 def _add_get(subcommands: argparse._SubParsersAction[Any]) -> None:
-    parser = subcommands.add_parser("get", help="show a job")
-    parser.add_argument("job_id", metavar="ID")
-    parser.add_argument("--json", action="store_true", help="the Job as JSON")
-    parser.add_argument(
-        "--output", metavar="FILE", help="write the raw result bytes to FILE ('-' for stdout)"
-    )
-    connection_flags(parser)
-    parser.set_defaults(run=run(_get))
+    with client_command(subcommands, "get", _get, help="show a job", job_id=True) as parser:
+        json_flag(parser, "the Job as JSON")
+        parser.add_argument(
+            "--output", metavar="FILE", help="write the raw result bytes to FILE ('-' for stdout)"
+        )
 
 
 def _add_watch(subcommands: argparse._SubParsersAction[Any]) -> None:
-    parser = subcommands.add_parser(
-        "watch",
-        help="follow a job live until it ends",
-        description="A live progress line (stage, queue position) until the job ends. "
-        "Exits 1 when it ends FAILED, CANCELLED or PARTIAL.",
-    )
-    parser.add_argument("job_id", metavar="ID")
-    parser.add_argument("--json", action="store_true", help="one JSON Job per snapshot")
-    connection_flags(parser)
-    parser.set_defaults(run=run(_watch))
+    with client_command(
+        subcommands, "watch", _watch, help="follow a job live until it ends", job_id=True
+    ) as parser:
+        json_flag(parser, "one JSON Job per snapshot")
 
 
 def _add_cancel(subcommands: argparse._SubParsersAction[Any]) -> None:
-    parser = subcommands.add_parser("cancel", help="cancel a job")
-    parser.add_argument("job_id", metavar="ID")
-    parser.add_argument("--reason", default="", help="why (recorded with the job)")
-    parser.add_argument("--json", action="store_true", help="the CancelResponse as JSON")
-    connection_flags(parser)
-    parser.set_defaults(run=run(_cancel))
+    with client_command(subcommands, "cancel", _cancel, help="cancel a job", job_id=True) as parser:
+        parser.add_argument("--reason", default="", help="why (recorded with the job)")
+        json_flag(parser, "the CancelResponse as JSON")
 
 
 def _add_worker(subcommands: argparse._SubParsersAction[Any]) -> None:
@@ -362,6 +345,8 @@ async def _submit_batch(args: argparse.Namespace, client: JobClient) -> int:
 
 
 async def _submit(args: argparse.Namespace, client: JobClient) -> int:
+    """Submit one job (--model with --file or --data), a group (--group FILE)
+    or many jobs in one atomic call (--batch FILE)."""
     if args.batch is not None:
         return await _submit_batch(args, client)
     request = job_service_pb2.SubmitRequest(
@@ -414,6 +399,8 @@ async def _get(args: argparse.Namespace, client: JobClient) -> int:
 
 
 async def _watch(args: argparse.Namespace, client: JobClient) -> int:
+    """A live progress line (stage, queue position) until the job ends.
+    Exits 1 when it ends FAILED, CANCELLED or PARTIAL."""
     return await _follow(client, args.job_id, args)
 
 

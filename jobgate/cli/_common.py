@@ -1,5 +1,6 @@
-"""What every client command shares: connection flags, exit codes, running one
-command against a JobClient, errors as one line, JSON output.
+"""What every client command shares: how it is declared (`client_command`:
+its parser, connection flags and `run`), exit codes, running one command
+against a JobClient, errors as one line, JSON output.
 
 Exit codes: 0 success; 1 a job ended FAILED, CANCELLED or PARTIAL (watch,
 submit --wait) or retry had a job refused; 2 bad usage or input; 3 the
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TextIO
 
 from google.protobuf import json_format
@@ -34,6 +36,37 @@ Command = Callable[[argparse.Namespace, JobClient], Coroutine[Any, Any, int]]
 
 class UsageError(Exception):
     """Bad input found after parsing (unreadable file, malformed group, ...)."""
+
+
+@contextlib.contextmanager
+def client_command(
+    subcommands: argparse._SubParsersAction[Any],
+    name: str,
+    command: Command,
+    *,
+    help: str,
+    job_id: bool = False,
+) -> Iterator[argparse.ArgumentParser]:
+    """Declare a command that runs against a JobService, the way all of them are.
+
+    `help` is its line in `jobgate --help`; its own --help describes it with
+    `command`'s docstring (none: no description; argparse folds the docstring's
+    lines into paragraphs, as it does any description). The parser, with the
+    positional ID when `job_id`, is given to the block, which adds the
+    command's own flags; the connection flags come after them, last in usage
+    and help, and `run` is set to `command`.
+    """
+    parser = subcommands.add_parser(name, help=help, description=command.__doc__)
+    if job_id:
+        parser.add_argument("job_id", metavar="ID")
+    yield parser
+    connection_flags(parser)
+    parser.set_defaults(run=run(command))
+
+
+def json_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--json`: machine-readable output, described by `help`."""
+    parser.add_argument("--json", action="store_true", help=help)
 
 
 def connection_flags(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TextIO
 
+from jobgate._race import unless_set
 from serving.settings import parse_partitions
 from store import StoreError, open_store
 from store.model import JobEvent
@@ -187,15 +188,8 @@ async def _follow(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        reader = asyncio.create_task(_tail(store, job_id, formatter, out))
-        stopper = asyncio.create_task(stop.wait())
-        done, pending = await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if reader in done:
-            reader.result()  # re-raise the reader's error (the store went away)
+        # The reader's error (the store went away) is raised from here.
+        await unless_set(stop, _tail(store, job_id, formatter, out))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import grpc
 
-from jobgate.cli._common import EXIT_OK, UsageError, connection_flags, print_json, run
+from jobgate.cli._common import EXIT_OK, UsageError, client_command, json_flag, print_json
 from jobgate.cli._render import priority_name
 from jobgate.cli._table import Column, age, table, utc_now
 from jobgate.client import JobClient
@@ -49,33 +49,28 @@ Sleep = Callable[[float], Awaitable[None]]
 
 def add_commands(subcommands: argparse._SubParsersAction[Any]) -> None:
     """Register workers and queues."""
-    workers = subcommands.add_parser(
+    with client_command(
+        subcommands,
         "workers",
+        _workers,
         help="the workers connected now and the jobs they hold (admin)",
-        description="Every worker seen in the last 120 s or holding a lease, most recently "
-        "seen first, with the jobs it holds leases on.",
-    )
-    workers.add_argument("--json", action="store_true", help="one JSON Worker a line")
-    connection_flags(workers)
-    workers.set_defaults(run=run(_workers))
-
-    queues = subcommands.add_parser(
+    ) as workers:
+        json_flag(workers, "one JSON Worker a line")
+    with client_command(
+        subcommands,
         "queues",
+        _queues,
         help="queued and processing jobs per model, priority and pool (admin)",
-        description="One row per model, priority and pool with queued or processing jobs, "
-        "in claim order within a model.",
-    )
-    queues.add_argument("--json", action="store_true", help="one JSON QueueStats a line")
-    queues.add_argument(
-        "--watch",
-        nargs="?",
-        type=float,
-        const=DEFAULT_WATCH_SECONDS,
-        metavar="SECONDS",
-        help=f"redraw every SECONDS (default {DEFAULT_WATCH_SECONDS:g}) until Ctrl-C",
-    )
-    connection_flags(queues)
-    queues.set_defaults(run=run(_queues))
+    ) as queues:
+        json_flag(queues, "one JSON QueueStats a line")
+        queues.add_argument(
+            "--watch",
+            nargs="?",
+            type=float,
+            const=DEFAULT_WATCH_SECONDS,
+            metavar="SECONDS",
+            help=f"redraw every SECONDS (default {DEFAULT_WATCH_SECONDS:g}) until Ctrl-C",
+        )
 
 
 # ---------------------------------------------------------------- workers
@@ -109,6 +104,8 @@ def workers_table(workers: list[job_pb2.Worker], now: datetime) -> str:
 
 
 async def _workers(args: argparse.Namespace, client: JobClient) -> int:
+    """Every worker seen in the last 120 s or holding a lease, most recently
+    seen first, with the jobs it holds leases on."""
     workers = await client.list_workers()
     if args.json:
         for worker in workers:
@@ -147,6 +144,8 @@ def queues_table(queues: list[job_pb2.QueueStats], now: datetime) -> str:
 
 
 async def _queues(args: argparse.Namespace, client: JobClient) -> int:
+    """One row per model, priority and pool with queued or processing jobs,
+    in claim order within a model."""
     if args.watch is None:
         queues = await client.list_queues()
         if args.json:

@@ -30,11 +30,11 @@ from jobgate.cli._common import (
     EXIT_OK,
     EXIT_REFUSED,
     UsageError,
-    connection_flags,
+    client_command,
+    json_flag,
     message_dict,
     print_json,
     print_object,
-    run,
 )
 from jobgate.cli._render import progress_bar
 from jobgate.cli._table import Column, age, table, use_colour, utc_now
@@ -95,41 +95,28 @@ def _filter_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_list(subcommands: argparse._SubParsersAction[Any]) -> None:
-    parser = subcommands.add_parser(
-        "list",
-        help="list jobs, newest first",
-        description="Jobs of your tenant (every tenant for an admin), newest first. "
-        "--status and --model are AND-ed onto --filter.",
-    )
-    _filter_flags(parser)
-    parser.add_argument(
-        "--limit",
-        type=_count,
-        default=DEFAULT_LIMIT,
-        metavar="N",
-        help=f"show at most N jobs, across pages (default {DEFAULT_LIMIT}; 0: every match)",
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON Job a line")
-    connection_flags(parser)
-    parser.set_defaults(run=run(_list))
+    with client_command(subcommands, "list", _list, help="list jobs, newest first") as parser:
+        _filter_flags(parser)
+        parser.add_argument(
+            "--limit",
+            type=_count,
+            default=DEFAULT_LIMIT,
+            metavar="N",
+            help=f"show at most N jobs, across pages (default {DEFAULT_LIMIT}; 0: every match)",
+        )
+        json_flag(parser, "one JSON Job a line")
 
 
 def _add_retry(subcommands: argparse._SubParsersAction[Any]) -> None:
-    parser = subcommands.add_parser(
-        "retry",
-        help="put failed or cancelled jobs back to work",
-        description="Retry the given jobs, or every job the filter matches: FAILED or "
-        "CANCELLED jobs go back to QUEUED, FAILED, PARTIAL or CANCELLED groups rerun the "
-        "children that did not complete. Exits 1 when any job was refused.",
-    )
-    parser.add_argument("job_ids", nargs="*", metavar="ID")
-    _filter_flags(parser)
-    parser.add_argument(
-        "--dry-run", action="store_true", help="show what would be retried; change nothing"
-    )
-    parser.add_argument("--json", action="store_true", help="one JSON object a job")
-    connection_flags(parser)
-    parser.set_defaults(run=run(_retry))
+    with client_command(
+        subcommands, "retry", _retry, help="put failed or cancelled jobs back to work"
+    ) as parser:
+        parser.add_argument("job_ids", nargs="*", metavar="ID")
+        _filter_flags(parser)
+        parser.add_argument(
+            "--dry-run", action="store_true", help="show what would be retried; change nothing"
+        )
+        json_flag(parser, "one JSON object a job")
 
 
 def _count(text: str) -> int:
@@ -208,6 +195,8 @@ async def first_jobs(client: JobClient, filter: str, limit: int) -> tuple[list[j
 
 
 async def _list(args: argparse.Namespace, client: JobClient) -> int:
+    """Jobs of your tenant (every tenant for an admin), newest first.
+    --status and --model are AND-ed onto --filter."""
     jobs, more = await first_jobs(client, _filter_of(args), args.limit)
     if args.json:
         for job in jobs:
@@ -290,6 +279,9 @@ async def _targets(args: argparse.Namespace, client: JobClient) -> list[Target]:
 
 
 async def _retry(args: argparse.Namespace, client: JobClient) -> int:
+    """Retry the given jobs, or every job the filter matches: FAILED or
+    CANCELLED jobs go back to QUEUED, FAILED, PARTIAL or CANCELLED groups rerun
+    the children that did not complete. Exits 1 when any job was refused."""
     targets = await _targets(args, client)
     if not targets:
         if not args.json:

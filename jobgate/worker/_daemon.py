@@ -18,7 +18,6 @@ holds, retries heartbeats and results, and re-polls with jittered back-off.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import importlib.util
 import logging
@@ -34,6 +33,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from jobgate._race import unless_set
 from jobgate.client._channel import ConnectionConfig
 from jobgate.errors import JobgateError
 from jobgate.v1 import worker_service_pb2, worker_service_pb2_grpc
@@ -273,16 +273,16 @@ class Worker:
         elif wait > 0:
             self._start_polling()
         try:
-            poll = await self._unless_stopping(call)
+            finished, jobs = await self._unless_stopping(call)
         finally:
             if hold is not None:
                 hold.cancel()
             self._polling = False
-        if poll is None:
+        if not finished:
             # The flush sends them again, which is safe: a repeated result is APPLIED.
             self._reports.put_back(results)
             return None
-        jobs = poll.result()
+        assert jobs is not None
         self._backlog = 0 < max_jobs <= len(jobs)
         return jobs
 
@@ -376,23 +376,10 @@ class Worker:
         """Await `waiting` unless a stop comes first."""
         await self._unless_stopping(waiting)
 
-    async def _unless_stopping(self, waiting: Awaitable[T]) -> asyncio.Future[T] | None:
-        """Await `waiting` unless a stop comes first: its finished future, or None.
-
-        When the stop wins, `waiting` is cancelled and awaited, so nothing is
-        left running.
-        """
-        task = asyncio.ensure_future(waiting)
-        stop = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
-                    await task
-        return task if not task.cancelled() else None
+    async def _unless_stopping(self, waiting: Awaitable[T]) -> tuple[bool, T | None]:
+        """(True, result) of `waiting`, or (False, None) when a stop came first
+        and cancelled it (a call cut that way may raise RpcError: not an error)."""
+        return await unless_set(self._stopping, waiting, quiet=(grpc.RpcError,))
 
     async def _drain(self) -> None:
         """Wait for in-flight jobs up to the grace period (or a second signal)."""
