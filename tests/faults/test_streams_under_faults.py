@@ -26,19 +26,31 @@ TENANT = "acme"
 LEASE = 1.0
 
 
+#: Times one watcher may reopen its stream after UNAVAILABLE (on a loaded
+#: host a new Redis connection can time out: the store's documented answer,
+#: which a client meets by watching again, as JobClient's watch does).
+RESUMES = 3
+
+
 async def watch(rig: Rig, job_id: str) -> list[str]:
-    """Every status one StreamStatus showed, in order, recorded as observations."""
+    """Every status the job's StreamStatus showed, in order, recorded as observations."""
     seen: list[str] = []
-    call = rig.stubs[0].StreamStatus(
-        job_service_pb2.StreamStatusRequest(job_id=job_id),
-        metadata=(("x-jobgate-tenant", TENANT),),
-        timeout=300,
-    )
-    async for response in call:
-        status = status_name(response.job.status)
-        now = time.time()
-        rig.calls.append(_observation(job_id, now, status))
-        seen.append(status)
+    for attempt in range(RESUMES + 1):
+        call = rig.stubs[0].StreamStatus(
+            job_service_pb2.StreamStatusRequest(job_id=job_id),
+            metadata=(("x-jobgate-tenant", TENANT),),
+            timeout=300,
+        )
+        try:
+            async for response in call:
+                status = status_name(response.job.status)
+                now = time.time()
+                rig.calls.append(_observation(job_id, now, status))
+                seen.append(status)
+            return seen
+        except grpc.aio.AioRpcError as error:
+            if error.code() is not grpc.StatusCode.UNAVAILABLE or attempt == RESUMES:
+                raise
     return seen
 
 
