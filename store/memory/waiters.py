@@ -43,8 +43,12 @@ class LocalListener:
             self.own_event.set()
 
     async def wait(self, timeout: float) -> None:
+        # asyncio.timeout, not wait_for: no inner task, so the waiter runs in the
+        # loop pass after its wake-up, before the journal's flusher seals that
+        # transition's batch, and its claim joins the same commit (durable.py).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.event.wait()
 
     async def settle(self, seconds: float) -> None:
         if self.event.is_set() and not self.own_event.is_set():
