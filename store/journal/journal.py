@@ -68,11 +68,40 @@ SEAL_YIELDS = 16
 
 
 class _Batch:
-    """The marks of one commit; `done` resolves when it is committed (or fails)."""
+    """The marks of one commit and the callers waiting for it: each waits on a future
+    of its own (one leaving cancels nothing), all resolved when it is committed
+    or fails. (A shared future under asyncio.shield took two loop passes more.)"""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.done: asyncio.Future[None] = loop.create_future()
+    __slots__ = ("eager", "failure", "resolved", "waiters")
+
+    def __init__(self) -> None:
         self.eager = False
+        self.waiters: list[asyncio.Future[None]] = []
+        self.failure: StoreUnavailable | None = None
+        self.resolved = False
+
+    def wait(self) -> asyncio.Future[None]:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.resolved:
+            _settle(waiter, self.failure)
+        else:
+            self.waiters.append(waiter)
+        return waiter
+
+    def resolve(self, failure: StoreUnavailable | None = None) -> None:
+        self.failure, self.resolved = failure, True
+        for waiter in self.waiters:
+            _settle(waiter, failure)
+        self.waiters = []
+
+
+def _settle(waiter: asyncio.Future[None], failure: StoreUnavailable | None) -> None:
+    if waiter.done():  # its caller left
+        return
+    if failure is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(failure)
 
 
 def _prepared_directory(directory: Path) -> Path:
@@ -126,6 +155,7 @@ class Journal(Generic[S]):
         self._records: Mapping[Any, Any] = {}
         self._meta: Callable[[], Mapping[str, Any]] = dict
         self._written_meta: dict[str, str] = {}
+        self._sealed_meta: dict[str, Any] = {}  # the values last sealed, as objects
         self._dirty: dict[Any, None] = {}
         self._events: list[Any] = []
         self._lazy_due: float | None = None
@@ -234,9 +264,12 @@ class Journal(Generic[S]):
 
     def attach(self, records: Mapping[Any, Any], meta: Callable[[], Mapping[str, Any]]) -> None:
         """Where sealing reads the marked records (by key) and the meta values (JSON-able;
-        written in the next commit where they differ from the file's)."""
+        written in the next commit where they differ from the file's). A value
+        `meta()` returns as the same object as at the last seal is taken as
+        unchanged (not encoded again): return a new object when one changes."""
         self._records = records
         self._meta = meta
+        self._sealed_meta = {}
 
     async def reload(self, build: Callable[[Loaded], S]) -> S:
         """After a failed commit: the owner's state built again from the whole file."""
@@ -291,7 +324,7 @@ class Journal(Generic[S]):
 
     def _batch(self) -> _Batch:
         if self._open_batch is None:
-            self._open_batch = _Batch(asyncio.get_running_loop())
+            self._open_batch = _Batch()
         return self._open_batch
 
     # -- answers ----------------------------------------------------------------
@@ -314,7 +347,7 @@ class Journal(Generic[S]):
         if batch is None:
             return
         self._kick.set()
-        await asyncio.shield(batch.done)  # shared by many callers: one leaving cancels nothing
+        await batch.wait()
 
     async def flush(self) -> None:
         """Commit everything marked so far, lazy marks included."""
@@ -351,9 +384,11 @@ class Journal(Generic[S]):
     async def _flush_forever(self) -> None:
         housekeeping = time.monotonic() + self.housekeeping_every
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._sleep_until(housekeeping) - time.monotonic()):
-                    await self._kick.wait()
+            if not (self._closing or (self._open_batch is not None and self._open_batch.eager)):
+                # (with a batch due already, no wait: a timeout costs a timer per commit)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._sleep_until(housekeeping) - time.monotonic()):
+                        await self._kick.wait()
             self._kick.clear()
             now = time.monotonic()
             eager = self._open_batch is not None and self._open_batch.eager
@@ -381,7 +416,7 @@ class Journal(Generic[S]):
         await _yield_while_busy()
         if self._failure is not None:
             return
-        batch = self._open_batch or _Batch(asyncio.get_running_loop())
+        batch = self._open_batch or _Batch()
         self._open_batch = None
         pending = self._pending_bytes
         self._inflight = batch
@@ -400,7 +435,7 @@ class Journal(Generic[S]):
         finally:
             self._inflight = None
         self._pending_bytes = max(0, self._pending_bytes - pending)
-        batch.done.set_result(None)
+        batch.resolve()
 
     def _seal(self) -> Work:
         """Encode everything marked since the last seal (on the loop: a consistent cut)."""
@@ -422,7 +457,11 @@ class Journal(Generic[S]):
                     work.blob_deletes[name].append((key,))
         events = self.tables.events
         work.events = [events.row(event) for event in self._events]
+        sealed = self._sealed_meta
         for name, value in self._meta().items():
+            if sealed.get(name) is value:
+                continue  # the very object sealed last time: unchanged (see attach)
+            sealed[name] = value
             text = _json(value)
             if self._written_meta.get(name) != text:
                 work.meta.append((name, text))
@@ -437,9 +476,8 @@ class Journal(Generic[S]):
             f"the data directory could not be written ({error}); the store reloads it"
         )
         for failed in (batch, self._open_batch):
-            if failed is not None and not failed.done.done():
-                failed.done.set_exception(failure)
-                failed.done.exception()  # retrieved: its waiters may all be gone
+            if failed is not None and not failed.resolved:
+                failed.resolve(failure)
         self._open_batch = None
         self._dirty = {}
         self._events = []
@@ -450,15 +488,20 @@ class Journal(Generic[S]):
 
 
 async def _yield_while_busy() -> None:
-    """One pass of the event loop, and more while callbacks are ready (CPython's
-    loop keeps them in `_ready`; without it, one pass), up to SEAL_YIELDS."""
-    await asyncio.sleep(0)
+    """Passes of the event loop while callbacks are ready, up to SEAL_YIELDS
+    (CPython's loop keeps them in `_ready`; without it, one pass)."""
     ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    for _ in range(SEAL_YIELDS - 1):
+    if ready is None:
+        await asyncio.sleep(0)
+        return
+    for _ in range(SEAL_YIELDS):
         if not ready:
             return
         await asyncio.sleep(0)
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return _ENCODE(value)
