@@ -51,7 +51,7 @@ from store.journal import collector, loading
 from store.journal.codec import Unloaded
 from store.journal.errors import DataDirRefused
 from store.journal.lock import DirLock
-from store.journal.schema import Tables
+from store.journal.schema import EXPIRE_FIELD, Tables
 from store.journal.writer import Companions, LazyBlobs, Loaded, Work, Writer, no_companions
 
 S = TypeVar("S")  # what the owner builds from a Loaded (its state)
@@ -65,6 +65,9 @@ HOUSEKEEPING_EVERY = 1.0
 #: callers' answers wait for them too): one Submit at a time went from 2.3
 #: to 1.1-1.7 commits per job with 16 (bench section 18).
 SEAL_YIELDS = 16
+#: Blobs remembered as written (so a claim or a result does not write its job's
+#: payload again); past this many all are forgotten, and written again once.
+BLOBS_REMEMBERED = 200_000
 
 
 class _Batch:
@@ -156,6 +159,11 @@ class Journal(Generic[S]):
         self._meta: Callable[[], Mapping[str, Any]] = dict
         self._written_meta: dict[str, str] = {}
         self._sealed_meta: dict[str, Any] = {}  # the values last sealed, as objects
+        #: per blob field, key -> the bytes object the file holds (as committed or
+        #: being committed; forgotten on a failure, a reload, TTL deletions)
+        self._blobs_written: list[dict[Any, bytes]] = [{} for _ in tables.records.blobs]
+        names = tables.records.names
+        self._expiry_column = names.index(EXPIRE_FIELD) if EXPIRE_FIELD in names else None
         self._dirty: dict[Any, None] = {}
         self._events: list[Any] = []
         self._lazy_due: float | None = None
@@ -270,6 +278,7 @@ class Journal(Generic[S]):
         self._records = records
         self._meta = meta
         self._sealed_meta = {}
+        self._forget_blobs()
 
     async def reload(self, build: Callable[[Loaded], S]) -> S:
         """After a failed commit: the owner's state built again from the whole file."""
@@ -441,20 +450,39 @@ class Journal(Generic[S]):
         """Encode everything marked since the last seal (on the loop: a consistent cut)."""
         codec = self.tables.records
         work = Work(now=self._clock())
-        for name in codec.blobs:
-            work.blobs[name], work.blob_deletes[name] = [], []
+        upserts: list[list[tuple[Any, bytes]]] = [[] for _ in codec.blobs]
+        deletes: list[list[tuple[Any]]] = [[] for _ in codec.blobs]
+        written = self._blobs_written
+        expiry = self._expiry_column
+        if sum(len(by_key) for by_key in written) > BLOBS_REMEMBERED:
+            written = self._blobs_written = [{} for _ in codec.blobs]
         for key in self._dirty:
             record = self._records.get(key)
             if record is None:
                 continue  # dropped from memory (its TTL ran out): the TTL deletes its row
-            work.rows.append(codec.row(record))
-            for name, value in zip(codec.blobs, codec.blob_values(record), strict=True):
+            row = codec.row(record)
+            work.rows.append(row)
+            # Only a row that cannot expire remembers its blobs: the TTL deletes an
+            # expiring row's blobs behind the journal's back (then a retry writes them).
+            remember = expiry is None or row[expiry] is None
+            for index, value in enumerate(codec.blob_values(record)):
                 if isinstance(value, Unloaded):
                     continue  # still on disk, unchanged
-                if value:
-                    work.blobs[name].append((key, value))
+                if remember:
+                    if written[index].get(key) is value:
+                        continue  # the object the file holds already (a claim's payload)
+                    written[index][key] = value
                 else:
-                    work.blob_deletes[name].append((key,))
+                    written[index].pop(key, None)
+                if value:
+                    upserts[index].append((key, value))
+                else:
+                    deletes[index].append((key,))
+        for index, name in enumerate(codec.blobs):
+            if upserts[index]:
+                work.blobs[name] = upserts[index]
+            if deletes[index]:
+                work.blob_deletes[name] = deletes[index]
         events = self.tables.events
         work.events = [events.row(event) for event in self._events]
         sealed = self._sealed_meta
@@ -471,6 +499,9 @@ class Journal(Generic[S]):
         self._lazy_due = None
         return work
 
+    def _forget_blobs(self) -> None:
+        self._blobs_written = [{} for _ in self.tables.records.blobs]
+
     def _diverge(self, error: BaseException, batch: _Batch) -> None:
         failure = StoreUnavailable(
             f"the data directory could not be written ({error}); the store reloads it"
@@ -483,6 +514,7 @@ class Journal(Generic[S]):
         self._events = []
         self._lazy_due = None
         self._pending_bytes = 0
+        self._forget_blobs()
         self._failure = failure
         self.on_diverged()
 

@@ -264,3 +264,17 @@ async def test_a_claim_whose_caller_leaves_during_its_commit_gives_the_job_back(
         return (await threaded.get(TENANT, job.id)).status is JobStatus.QUEUED
 
     await assert_eventually(queued_again, message="the abandoned claim kept its lease")
+
+
+async def test_a_claim_does_not_write_its_jobs_payload_again(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    job = await submit_one(store, payload=b"kept")
+    statements: list[str] = []
+    journal_of(store).writer.con.set_trace_callback(statements.append)
+
+    await claim_one(store)
+
+    assert any("records" in statement for statement in statements)
+    assert not any("blob_payload" in statement for statement in statements)
+    assert query(tmp_path, "SELECT data FROM blob_payload WHERE id = ?", job.id) == [(b"kept",)]
