@@ -51,7 +51,7 @@ WAL_AUTOCHECKPOINT_PAGES = 1000
 #: The WAL pages an inline commit is taken to add: a few b-tree pages per
 #: table it touches, and per row or event (an overestimate: checkpoints come early).
 PAGES_PER_COMMIT = 4
-PAGES_PER_ROW = 2
+PAGES_PER_ROW = 1
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
