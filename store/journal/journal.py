@@ -393,8 +393,10 @@ class Journal(Generic[S]):
     async def _flush_forever(self) -> None:
         housekeeping = time.monotonic() + self.housekeeping_every
         while True:
-            if not (self._closing or (self._open_batch is not None and self._open_batch.eager)):
-                # (with a batch due already, no wait: a timeout costs a timer per commit)
+            due = self._closing or (self._open_batch is not None and self._open_batch.eager)
+            if not due or self._failure is not None:
+                # (with a batch due, no wait: a timeout costs a timer per commit; while
+                # failed, _commit returns at once, and this wait is the loop's turn)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._sleep_until(housekeeping) - time.monotonic()):
                         await self._kick.wait()
