@@ -1,7 +1,13 @@
 """The journal's writer: the one connection that writes the file, used from one thread.
 
-Every call here runs on the journal's dedicated thread (Journal's executor),
-so the connection never crosses threads and commits never overlap. One
+One caller at a time: the journal's flusher, which awaits each call. Under
+`full` every call runs on the journal's dedicated thread (Journal's
+executor). Under `normal` (`inline`) a commit runs on the event loop itself
+(a WAL append to the page cache costs less than the hand-off to a thread
+and back), and what may take milliseconds still runs on the thread: the
+open and loads, and the checkpoints (`due_checkpoint`: SQLite's automatic
+one is off on an inline connection, so the flusher hands the commit that
+crosses it to the thread, which checkpoints after committing). One
 `commit(work)` is ONE SQLite transaction, whatever it carries: the records
 a batch of transitions touched, their audit events, changed meta values,
 the TTL deletions that fell due and the audit cap (one fsync under
@@ -10,7 +16,8 @@ stays at the previous batch.
 
 Growth is bounded: rows past their TTL and audit events past the cap are
 deleted in the commits that find them due; the WAL is checkpointed by
-SQLite every `wal_autocheckpoint` pages, truncated to `journal_size_limit`,
+SQLite every `wal_autocheckpoint` pages (inline: by `checkpoint_after`,
+every WAL_AUTOCHECKPOINT_PAGES pages as estimated), truncated to `journal_size_limit`,
 and truncated outright every `checkpoint_every` seconds (when no reader
 holds it); pages freed by deletions are reused by later rows.
 """
@@ -41,6 +48,10 @@ ROOM_MEASURE_EVERY = 1.0
 #: What one row or event is taken to add to the file when the room is estimated.
 ROW_BYTES = 1024
 WAL_AUTOCHECKPOINT_PAGES = 1000
+#: The WAL pages an inline commit is taken to add: a few b-tree pages per
+#: table it touches, and per row or event (an overestimate: checkpoints come early).
+PAGES_PER_COMMIT = 4
+PAGES_PER_ROW = 1
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
@@ -92,6 +103,7 @@ class Writer:
         events_cap: int,
         checkpoint_every: float = 30.0,
         max_pages: int | None = None,
+        inline: bool = False,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"data sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -103,6 +115,8 @@ class Writer:
         self.checkpoint_every = checkpoint_every
         self.max_pages = max_pages
         self.commits = 0  # transactions committed (tests count batching with it)
+        self.inline = inline
+        self._wal_pages = 0  # inline: pages taken to be in the WAL since its last checkpoint
         self._con: sqlite3.Connection | None = None
         self._events_held = 0
         self._newest_event = 0
@@ -126,7 +140,9 @@ class Writer:
         if self.path.exists():
             check_header(self.path)
         try:
-            con = sqlite3.connect(self.path, isolation_level=None)
+            # Inline, commits come from the loop's thread and the rest from the
+            # journal's: never at once (the flusher awaits each call).
+            con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as error:
             raise corrupt(self.path, str(error)) from None
         try:
@@ -146,7 +162,8 @@ class Writer:
         if str(mode).lower() != "wal":
             raise sqlite3.DatabaseError(f"cannot use WAL mode (got {mode})")
         con.execute(f"PRAGMA synchronous = {SYNC_MODES[self.sync]}")
-        con.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+        # inline: no automatic checkpoint inside a commit on the loop (due_checkpoint)
+        con.execute(f"PRAGMA wal_autocheckpoint = {0 if self.inline else WAL_AUTOCHECKPOINT_PAGES}")
         con.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         con.execute("PRAGMA busy_timeout = 200")  # a TRUNCATE checkpoint waits for readers briefly
         con.execute("PRAGMA cache_size = -65536")  # 64 MiB of page cache
@@ -206,6 +223,29 @@ class Writer:
 
     # -- commit ----------------------------------------------------------------
 
+    def due_checkpoint(self, work: Work) -> bool:
+        """Inline: whether the commit of `work` should run on the thread and checkpoint
+        (the WAL about WAL_AUTOCHECKPOINT_PAGES past its last checkpoint, or
+        `checkpoint_every` seconds since the last truncation)."""
+        pages = PAGES_PER_COMMIT + PAGES_PER_ROW * (len(work.rows) + len(work.events))
+        pages += sum(len(blob) for upserts in work.blobs.values() for _, blob in upserts) // 4096
+        self._wal_pages += pages
+        if self._wal_pages >= WAL_AUTOCHECKPOINT_PAGES:
+            return True
+        return time.monotonic() - self._last_checkpoint >= self.checkpoint_every
+
+    def commit_and_checkpoint(self, work: Work) -> int:
+        """commit(work), then a checkpoint (inline: on the thread, by due_checkpoint):
+        truncating when `checkpoint_every` is up, else passive as SQLite's own."""
+        room = self.commit(work)
+        if time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
+            self.checkpoint()
+        else:
+            with contextlib.suppress(sqlite3.OperationalError):
+                self.con.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self._wal_pages = 0
+        return room
+
     def commit(self, work: Work) -> int:
         """Write `work` in one transaction; the room left afterwards (bytes)."""
         con = self.con
@@ -224,7 +264,7 @@ class Writer:
         self._events_held, self._newest_event = held, newest
         if not work.empty:
             self.commits += 1
-        if time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
+        if not self.inline and time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
             self.checkpoint()
         return self._room_after(work)
 
@@ -315,6 +355,7 @@ class Writer:
     def checkpoint(self) -> None:
         """Copy the WAL into the file and truncate it (skipped while a reader holds it)."""
         self._last_checkpoint = time.monotonic()
+        self._wal_pages = 0
         with contextlib.suppress(sqlite3.OperationalError):  # busy: the next one will
             self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 

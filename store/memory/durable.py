@@ -131,11 +131,26 @@ def event_reader(directory: str | Path) -> EventReader:
     return EventReader(Path(directory), TABLES.events)
 
 
-def meta_of(state: State) -> dict[str, Any]:
-    """The meta values to persist, JSON-able."""
-    values = {name: encode(getattr(state, name)) for name, (encode, _) in _META_CODECS.items()}
-    values[FAIR_SHARE] = _fair_share_mode(state.settings)
-    return values
+class MetaOf:
+    """The meta values to persist (JSON-able), for every commit; each encoded again
+    only when it changed (the journal skips a value that is the same object as at
+    its last seal).
+    The fair-share floors and passes are dicts changed in place: compared with a
+    copy of what was encoded (cheaper than encoding them for every commit)."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._raw: dict[str, Any] = {}
+        self._encoded: dict[str, Any] = {FAIR_SHARE: _fair_share_mode(state.settings)}
+
+    def __call__(self) -> dict[str, Any]:
+        raw, encoded = self._raw, self._encoded
+        for name, (encode, _) in _META_CODECS.items():
+            value = getattr(self.state, name)
+            if name not in raw or raw[name] != value:
+                raw[name] = dict(value) if isinstance(value, dict) else value
+                encoded[name] = encode(value)
+        return encoded
 
 
 def _fair_share_mode(settings: StoreSettings) -> str:

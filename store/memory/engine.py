@@ -147,7 +147,7 @@ class LocalEngine(Operators):
         assert self._journal is not None
         self.state = state
         self.fleet.rebind(state)
-        self._journal.attach(state.jobs, lambda: durable.meta_of(self.state))
+        self._journal.attach(state.jobs, durable.MetaOf(state))
         self._woken_through = state.next_event
         for job_id in self._revived:  # written again without the expiry they lost
             state.changes.touched(state.jobs[job_id])

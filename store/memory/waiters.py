@@ -32,8 +32,12 @@ class LocalListener(TopicListener):
             self.own_event.set()
 
     async def wait(self, timeout: float) -> None:
+        # asyncio.timeout, not wait_for: no inner task, so the waiter runs in the
+        # loop pass after its wake-up, before the journal's flusher seals that
+        # transition's batch, and its claim joins the same commit (durable.py).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.event.wait()
 
 
 class Waiters:

@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from store.memory import LocalStore
 from store.memory.state import State
 from store.model import JobStatus
 from tests.helpers import assert_eventually
-from tests.store.conftest import TENANT, claim_one, submit_one
+from tests.store.conftest import MODEL, TENANT, claim_one, submit_one
 from tests.store.durable import count, journal_of, open_store, query
 
 CONCURRENT = 200
@@ -27,6 +28,15 @@ CONCURRENT = 200
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[LocalStore]:
     opened = await open_store(tmp_path, housekeeping_every=3600)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def threaded(tmp_path: Path) -> AsyncIterator[LocalStore]:
+    """Every commit on the writer thread, as under `full` (under `normal` commits run
+    on the loop, and none can be held while other calls go on)."""
+    opened = await open_store(tmp_path, housekeeping_every=3600, inline=False)
     yield opened
     await opened.close()
 
@@ -56,6 +66,32 @@ async def test_sequential_submits_commit_one_by_one(store: LocalStore) -> None:
         await submit_one(store)
 
     assert journal.commits - before == 5
+
+
+@pytest.mark.parametrize("sync", ["normal", "full"])
+async def test_a_submit_and_the_waiting_claim_it_wakes_share_one_commit(
+    tmp_path: Path, sync: str
+) -> None:
+    store = await open_store(tmp_path, data_sync=sync, housekeeping_every=3600)
+    try:
+        journal = journal_of(store)
+        claim = asyncio.create_task(store.claim("w1", [MODEL], wait=timedelta(seconds=30)))
+
+        async def waiting() -> bool:
+            return store.waiting_claims(MODEL) == 1
+
+        await assert_eventually(waiting, message="the claim never waited")
+        before = journal.commits
+        job = await submit_one(store)
+        claimed = await claim
+
+        assert [item.job.id for item in claimed] == [job.id]
+        assert journal.commits - before == 1
+        assert query(tmp_path, "SELECT status FROM records WHERE id = ?", job.id) == [
+            ("processing",)
+        ]
+    finally:
+        await store.close()
 
 
 @pytest.mark.parametrize(("sync", "level"), [("full", 2), ("normal", 1)])
@@ -120,14 +156,14 @@ async def _yield_to_the_loop() -> None:
 
 
 async def test_a_read_waits_for_the_commit_of_what_it_reads(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+    threaded: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = await submit_one(store)
-    writer = _HeldWriter(journal_of(store), monkeypatch)
-    cancel = asyncio.create_task(store.cancel(TENANT, job.id))
+    job = await submit_one(threaded)
+    writer = _HeldWriter(journal_of(threaded), monkeypatch)
+    cancel = asyncio.create_task(threaded.cancel(TENANT, job.id))
     await writer.wait_entered()
 
-    get = asyncio.create_task(store.get(TENANT, job.id))
+    get = asyncio.create_task(threaded.get(TENANT, job.id))
     await _yield_to_the_loop()
     assert not get.done() and not cancel.done()
     writer.release.set()
@@ -137,24 +173,24 @@ async def test_a_read_waits_for_the_commit_of_what_it_reads(
 
 
 async def test_a_read_with_nothing_pending_answers_at_once(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+    threaded: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = await submit_one(store)
-    _HeldWriter(journal_of(store), monkeypatch)  # any commit would now hang
+    job = await submit_one(threaded)
+    _HeldWriter(journal_of(threaded), monkeypatch)  # any commit would now hang
 
-    assert (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+    assert (await threaded.get(TENANT, job.id)).status is JobStatus.QUEUED
 
 
 async def test_calls_made_during_a_commit_share_the_next_one(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+    threaded: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    journal = journal_of(store)
+    journal = journal_of(threaded)
     writer = _HeldWriter(journal, monkeypatch)
-    first = asyncio.create_task(submit_one(store))
+    first = asyncio.create_task(submit_one(threaded))
     await writer.wait_entered()
     before = journal.commits
 
-    rest = asyncio.gather(*(submit_one(store) for _ in range(50)))
+    rest = asyncio.gather(*(submit_one(threaded) for _ in range(50)))
     await _yield_to_the_loop()
     writer.release.set()
     await first
@@ -176,13 +212,18 @@ def _fail_next_commit(journal: Journal[State], monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(journal.writer, "commit", failing)
 
 
+@pytest.mark.parametrize("inline", [True, False])
 async def test_a_failed_commit_fails_its_calls(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline: bool
 ) -> None:
-    _fail_next_commit(journal_of(store), monkeypatch)
+    store = await open_store(tmp_path, housekeeping_every=3600, inline=inline)
+    try:
+        _fail_next_commit(journal_of(store), monkeypatch)
 
-    with pytest.raises(StoreUnavailable, match="could not be written"):
-        await submit_one(store)
+        with pytest.raises(StoreUnavailable, match="could not be written"):
+            await submit_one(store)
+    finally:
+        await store.close()
 
 
 async def test_after_a_failed_commit_memory_is_rebuilt_from_the_file(
@@ -207,11 +248,11 @@ async def test_after_a_failed_commit_memory_is_rebuilt_from_the_file(
 
 
 async def test_a_claim_whose_caller_leaves_during_its_commit_gives_the_job_back(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+    threaded: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = await submit_one(store)
-    writer = _HeldWriter(journal_of(store), monkeypatch)
-    claim = asyncio.create_task(store.claim("w1", [job.model]))
+    job = await submit_one(threaded)
+    writer = _HeldWriter(journal_of(threaded), monkeypatch)
+    claim = asyncio.create_task(threaded.claim("w1", [job.model]))
     await writer.wait_entered()
 
     claim.cancel()
@@ -220,6 +261,20 @@ async def test_a_claim_whose_caller_leaves_during_its_commit_gives_the_job_back(
         await claim
 
     async def queued_again() -> Any:
-        return (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+        return (await threaded.get(TENANT, job.id)).status is JobStatus.QUEUED
 
     await assert_eventually(queued_again, message="the abandoned claim kept its lease")
+
+
+async def test_a_claim_does_not_write_its_jobs_payload_again(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    job = await submit_one(store, payload=b"kept")
+    statements: list[str] = []
+    journal_of(store).writer.con.set_trace_callback(statements.append)
+
+    await claim_one(store)
+
+    assert any("records" in statement for statement in statements)
+    assert not any("blob_payload" in statement for statement in statements)
+    assert query(tmp_path, "SELECT data FROM blob_payload WHERE id = ?", job.id) == [(b"kept",)]
