@@ -127,7 +127,9 @@ async def test_a_full_disk_refuses_submit_writes_nothing_half_and_the_reserve_le
 
     filled, refusal = await fill_until_refused(api, fill_model)
     held = records_in_file(data_dir)
-    batch = [job_service_pb2.SubmitRequest(job=spec(fill_model, b"x")) for _ in range(10)]
+    # Items of the refused job's size: ten small ones may still fit in what was
+    # left below one 64 KiB job (the refusal leaves that much room unknown).
+    batch = [job_service_pb2.SubmitRequest(job=spec(fill_model, FILL_PAYLOAD)) for _ in range(10)]
     batch_refusal = await failure_of(api.batch_submit(*batch))
 
     assert filled, "the disk was full before the first 64 KiB job"
