@@ -46,6 +46,7 @@ from store.model import (
     JobEvent,
     JobKind,
     JobStatus,
+    LeaseResult,
     Priority,
     QueueStats,
     ReportAnswer,
@@ -413,11 +414,7 @@ class LocalEngine(Operators):
         return ResultRecorded(self.state.snapshot(record), applied=True)
 
     async def report_and_claim(
-        self,
-        worker_id: str,
-        models: list[str],
-        results: Sequence[tuple[str, str, ResultReport]],
-        max_jobs: int,
+        self, worker_id: str, models: list[str], results: Sequence[LeaseResult], max_jobs: int
     ) -> ReportedAndClaimed:
         await self._finished_loaded([job_id for job_id, _, _ in results])
         # One step: nothing below suspends (record_result's wait above is over),
