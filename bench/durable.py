@@ -203,16 +203,11 @@ def restart(queued: int, completed: int) -> Restart:
         return Restart(queued, completed, filled, per_queued, size, first, finished)
 
 
-def _rates(sitting: Sitting, mode: str, producer: str) -> str:
-    rates = ", ".join(f"{run.rate:.0f}" for run in sitting.runs[(mode, producer)])
-    return f"{rates} (median {sitting.rate(mode, producer):.0f})"
-
-
 def throughput_lines(sitting: Sitting, sizes: Sizes, repeats: int, fsyncs: float) -> list[str]:
     rows = []
     for producer in [name for name, _, _ in producers(sizes)] + [DRAIN]:
         memory = sitting.rate("in memory", producer)
-        cells = [_rates(sitting, mode, producer) for mode in MODES]
+        cells = [sitting.rates(mode, producer) for mode in MODES]
         ratios = []
         for mode, bound in BOUNDS.items():
             ratio = sitting.rate(mode, producer) / memory

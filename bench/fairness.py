@@ -62,6 +62,11 @@ class Sitting:
     def rate(self, mode: str, producer: str) -> float:
         return statistics.median(run.rate for run in self.runs[(mode, producer)])
 
+    def rates(self, mode: str, producer: str) -> str:
+        """A report cell: each run's jobs/s in order, then their median."""
+        rates = ", ".join(f"{run.rate:.0f}" for run in self.runs[(mode, producer)])
+        return f"{rates} (median {self.rate(mode, producer):.0f})"
+
     def cpu_ms(self, mode: str, producer: str) -> float:
         """The servers' and Redis's CPU milliseconds per job, the median over the runs:
         the mode's own cost, which the host's speed moves far less than throughput."""
@@ -117,11 +122,6 @@ def fair_share_sittings(sink: Sink, sizes: Sizes, repeats: int) -> list[Sitting]
     ]
 
 
-def _rates(sitting: Sitting, mode: str, producer: str) -> str:
-    rates = ", ".join(f"{run.rate:.0f}" for run in sitting.runs[(mode, producer)])
-    return f"{rates} (median {sitting.rate(mode, producer):.0f})"
-
-
 def throughput_lines(sittings: list[Sitting], sizes: Sizes, repeats: int) -> list[str]:
     rows = []
     for sitting in sittings:
@@ -129,8 +129,8 @@ def throughput_lines(sittings: list[Sitting], sizes: Sizes, repeats: int) -> lis
             ratio = sitting.rate("tenant", producer) / sitting.rate("off", producer)
             verdict = "within" if ratio >= BOUND else "**OVER**"
             cpu = [sitting.cpu_ms(mode, producer) for mode in MODES]
-            rows.append([sitting.topology, producer, _rates(sitting, "tenant", producer),
-                         _rates(sitting, "off", producer), f"{ratio:.2f}", verdict,
+            rows.append([sitting.topology, producer, sitting.rates("tenant", producer),
+                         sitting.rates("off", producer), f"{ratio:.2f}", verdict,
                          f"{cpu[0]:.2f} / {cpu[1]:.2f}"])  # fmt: skip
     header = ["topology", "producer", "--fair-share tenant jobs/s", "--fair-share off jobs/s",
               "tenant / off (medians)", f"bound {BOUND:.2f}",

@@ -45,6 +45,7 @@ from store.errors import StoreUnavailable
 from store.model import (
     JobSpec,
     JobStatus,
+    LeaseResult,
     ListCursor,
     ResultReport,
     StoreSettings,
@@ -113,7 +114,7 @@ class Filler:
     async def end(self, count: int) -> None:
         """Claim `count` of the oldest queued jobs and end them in the mix."""
         done = 0
-        held: list[tuple[str, str, ResultReport]] = []
+        held: list[LeaseResult] = []
         while done < count or held:
             want = min(64, count - done)
             try:

@@ -32,6 +32,7 @@ from store.model import (
     JobKind,
     JobPage,
     JobStatus,
+    LeaseResult,
     ListCursor,
     Priority,
     QueueStats,
@@ -114,11 +115,7 @@ class Engine(Protocol):
     ) -> ResultRecorded: ...
 
     async def report_and_claim(
-        self,
-        worker_id: str,
-        models: list[str],
-        results: Sequence[tuple[str, str, ResultReport]],
-        max_jobs: int,
+        self, worker_id: str, models: list[str], results: Sequence[LeaseResult], max_jobs: int
     ) -> ReportedAndClaimed: ...
 
     async def cancel(
@@ -340,7 +337,7 @@ class StoreFront(Store):
         self,
         worker_id: str,
         models: Sequence[str],
-        results: Sequence[tuple[str, str, ResultReport]],
+        results: Sequence[LeaseResult],
         max_jobs: int,
         pool: str = "",
     ) -> ReportedAndClaimed:

@@ -290,6 +290,10 @@ class ResultReport:
             raise InvalidRequest("status", "must be COMPLETED or FAILED")
 
 
+#: One result report_and_claim ends: (job_id, lease_id, how the attempt ended).
+LeaseResult = tuple[str, str, ResultReport]
+
+
 @dataclass(frozen=True)
 class ResultRecorded:
     """What record_result did: `applied` is False for a repeat after a lost answer."""

@@ -218,7 +218,7 @@ class Store(Protocol):
         self,
         worker_id: str,
         models: Sequence[str],
-        results: Sequence[tuple[str, str, model.ResultReport]],
+        results: Sequence[model.LeaseResult],
         max_jobs: int,
         pool: str = "",
     ) -> model.ReportedAndClaimed:

@@ -40,16 +40,6 @@ def retention(settings: StoreSettings) -> timedelta:
 
 
 @dataclass(frozen=True)
-class Registered:
-    """One registry entry as a store read it."""
-
-    worker_id: str
-    pool: str
-    models: tuple[str, ...]
-    last_seen: datetime
-
-
-@dataclass(frozen=True)
 class Held:
     """One lease as a store read it: its job, its worker, its deadline."""
 
@@ -59,12 +49,15 @@ class Held:
 
 
 def listed(
-    registered: Iterable[Registered],
+    registered: Iterable[WorkerInfo],
     held: Iterable[Held],
     now: datetime,
     lease_timeout: timedelta,
 ) -> list[WorkerInfo]:
-    """ListWorkers' answer: most recently seen first (then by id), held jobs in id order."""
+    """ListWorkers' answer: most recently seen first (then by id), held jobs in id order.
+
+    `registered` are the registry's entries as a store read them: a WorkerInfo
+    each, without job_ids (those come from `held`, never from the registry)."""
     entries = {entry.worker_id: entry for entry in registered}
     jobs: dict[str, list[str]] = {}
     beats: dict[str, datetime] = {}
@@ -78,7 +71,7 @@ def listed(
     workers: list[WorkerInfo] = []
     for worker_id in entries.keys() | jobs.keys():
         entry = entries.get(worker_id)
-        times = [entry.last_seen] if entry else []
+        times = [entry.last_seen_time] if entry else []
         if worker_id in beats:
             times.append(beats[worker_id])
         seen = max(times)

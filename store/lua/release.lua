@@ -77,8 +77,7 @@ for _, lease in ipairs(leases) do
     plan_transition(lease[1])
   end
 end
-plan_groups()
-local needed = keys_needed()
+local needed = finish_plan()
 if needed then
   return needed
 end

@@ -81,8 +81,7 @@ for i = 1, n_results do
   local code, j = end_attempt_check(ARGV[a], ARGV[a + 1], outcomes[i], K_RESULTS_OP)
   codes[i], fields[i] = code or 2, j
 end
-plan_groups()
-local needed_keys = keys_needed()
+local needed_keys = finish_plan()
 if needed_keys then
   return needed_keys
 end

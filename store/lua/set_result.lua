@@ -57,8 +57,7 @@ local code, j = end_attempt_check(id, ARGV[6], outcome, K_OP)
 if code and code < 0 then
   return {code}
 end
-plan_groups()
-local needed = keys_needed()
+local needed = finish_plan()
 if needed then
   return needed
 end

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 
-from store import policy
+from store import model, policy
 from store.errors import (
     FailureHook,
     IdempotencyKeyReused,
@@ -37,27 +37,6 @@ from store.memory.operators import Operators
 from store.memory.record import Outcome, Record
 from store.memory.state import State, dt, event_number
 from store.memory.waiters import LocalListener, Waiters
-from store.model import (
-    TERMINAL_STATUSES,
-    CancelResult,
-    ClaimedJob,
-    HeartbeatResult,
-    Job,
-    JobEvent,
-    JobKind,
-    JobStatus,
-    Priority,
-    QueueStats,
-    ReportAnswer,
-    ReportedAndClaimed,
-    ResultRecorded,
-    ResultReport,
-    StoreSettings,
-    SubmitRequest,
-    SubmitResult,
-    WorkerInfo,
-    WorkerSighting,
-)
 from store.policy import Verdict
 
 log = logging.getLogger(__name__)
@@ -77,7 +56,7 @@ class LocalEngine(Operators):
 
     def __init__(
         self,
-        settings: StoreSettings,
+        settings: model.StoreSettings,
         clock: Callable[[], float] = time.time,
         journal: Journal[State] | None = None,
     ) -> None:
@@ -244,7 +223,7 @@ class LocalEngine(Operators):
 
     # -- tenant-facing -------------------------------------------------------
 
-    async def submit(self, request: SubmitRequest) -> SubmitResult:
+    async def submit(self, request: model.SubmitRequest) -> model.SubmitResult:
         key = request.idempotency_key
         if key:
             await self._finished_loaded(keys=[(request.tenant, key)])
@@ -260,14 +239,16 @@ class LocalEngine(Operators):
                         f"idempotency key {key!r} was used for a different request",
                         job_id=existing.id,
                     )
-                return SubmitResult(self.state.snapshot(existing), reused=True)
+                return model.SubmitResult(self.state.snapshot(existing), reused=True)
         submits.admit(self.state, request)
         self._check_room([request])
         record = submits.create(self.state, request, fingerprint, now)
         self._wake()
-        return SubmitResult(self.state.snapshot(record), reused=False)
+        return model.SubmitResult(self.state.snapshot(record), reused=False)
 
-    async def submit_batch(self, requests: Sequence[SubmitRequest]) -> list[SubmitResult]:
+    async def submit_batch(
+        self, requests: Sequence[model.SubmitRequest]
+    ) -> list[model.SubmitResult]:
         keys = [(each.tenant, each.idempotency_key) for each in requests if each.idempotency_key]
         await self._finished_loaded(keys=keys)
         self._check_open()
@@ -288,11 +269,11 @@ class LocalEngine(Operators):
         if any(source is None for _, source in plan):
             self._wake()
         return [
-            SubmitResult(self.state.snapshot(record), reused=source is not None)
+            model.SubmitResult(self.state.snapshot(record), reused=source is not None)
             for record, (_, source) in zip(records, plan, strict=True)
         ]
 
-    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> Job:
+    async def get(self, tenant: str | None, job_id: str, operation: str = "get") -> model.Job:
         await self._finished_loaded([job_id])
         self._check_open()
         return self.state.snapshot(self.state.visible_record(tenant, job_id))
@@ -302,7 +283,7 @@ class LocalEngine(Operators):
         self._check_open()
         return self.state.changes.payload(self.state.visible_record(tenant, job_id))
 
-    async def list_children(self, tenant: str | None, job_id: str) -> list[Job]:
+    async def list_children(self, tenant: str | None, job_id: str) -> list[model.Job]:
         await self._finished_loaded([job_id])
         self._check_open()
         record = self.state.visible_record(tenant, job_id)
@@ -310,20 +291,20 @@ class LocalEngine(Operators):
 
     async def cancel(
         self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""
-    ) -> CancelResult:
+    ) -> model.CancelResult:
         await self._finished_loaded([job_id])
         self._check_open()
         now = self.state.clock()
         record = self.state.visible_record(tenant, job_id)
-        if record.status in TERMINAL_STATUSES:
-            return CancelResult(self.state.snapshot(record), cancelled=False)
+        if record.status in model.TERMINAL_STATUSES:
+            return model.CancelResult(self.state.snapshot(record), cancelled=False)
         with self.state.acting(actor):
-            if record.kind is JobKind.GROUP:
+            if record.kind is model.JobKind.GROUP:
                 self.state.cancel_group(record, reason, now)
             else:
                 self.state.cancel_job(record, reason, now)
         self._wake()
-        return CancelResult(self.state.snapshot(record), cancelled=True)
+        return model.CancelResult(self.state.snapshot(record), cancelled=True)
 
     # -- worker-facing -------------------------------------------------------
 
@@ -331,14 +312,14 @@ class LocalEngine(Operators):
         """Claims blocked waiting for `model` (tests, debugging), as RedisStore's."""
         return self._waiters.count(f"r {model}")
 
-    async def release(self, leases: Sequence[ClaimedJob]) -> int:
+    async def release(self, leases: Sequence[model.ClaimedJob]) -> int:
         await self._finished_loaded([item.job.id for item in leases])
         self._check_open()
         now = self.state.clock()
         released = 0
         for item in leases:
             record = self.state.fresh(item.job.id, now)
-            if record is None or record.status is not JobStatus.PROCESSING:
+            if record is None or record.status is not model.JobStatus.PROCESSING:
                 continue
             if record.lease_id != item.lease_id:
                 continue
@@ -350,7 +331,7 @@ class LocalEngine(Operators):
 
     async def heartbeat(
         self, job_id: str, lease_id: str, progress: float, stage: str
-    ) -> HeartbeatResult:
+    ) -> model.HeartbeatResult:
         await self._finished_loaded([job_id])
         self._check_open()
         now = self.state.clock()
@@ -359,7 +340,7 @@ class LocalEngine(Operators):
             record.status, bool(lease_id) and record.lease_id == lease_id, record.cancel_requested
         )
         if verdict is Verdict.CANCEL_REQUESTED:
-            return HeartbeatResult(dt(record.lease_deadline), True, record.worker_id)
+            return model.HeartbeatResult(dt(record.lease_deadline), True, record.worker_id)
         if verdict is not Verdict.APPLY:
             raise LeaseLost(
                 f"lease {lease_id} is not the live lease of job {job_id}", job_id=job_id
@@ -372,11 +353,11 @@ class LocalEngine(Operators):
             record.progress, record.stage = progress, stage
             record.update_time = now
             self._wake(record.id)  # progress changes are not events
-        return HeartbeatResult(dt(record.lease_deadline), False, record.worker_id)
+        return model.HeartbeatResult(dt(record.lease_deadline), False, record.worker_id)
 
     async def record_result(
-        self, job_id: str, lease_id: str, report: ResultReport
-    ) -> ResultRecorded:
+        self, job_id: str, lease_id: str, report: model.ResultReport
+    ) -> model.ResultRecorded:
         await self._finished_loaded([job_id])
         self._check_open()
         now = self.state.clock()
@@ -391,34 +372,30 @@ class LocalEngine(Operators):
         if verdict is Verdict.JOB_CANCELLED:
             raise JobCancelled(f"job {job_id} was cancelled", job_id=job_id)
         if verdict is Verdict.REPEAT:
-            return ResultRecorded(self.state.snapshot(record), applied=False)
+            return model.ResultRecorded(self.state.snapshot(record), applied=False)
         if verdict is Verdict.LEASE_LOST:
             raise LeaseLost(
                 f"lease {lease_id} is not the live lease of job {job_id}", job_id=job_id
             )
         record.outcome = outcome
-        if report.status is JobStatus.COMPLETED:
+        if report.status is model.JobStatus.COMPLETED:
             record.result = report.result
             record.result_content_type = report.result_content_type
             record.error_code = record.error_message = ""
             record.progress = 1.0
-            self.state.end(record, JobStatus.COMPLETED, now)
+            self.state.end(record, model.JobStatus.COMPLETED, now)
         elif report.retryable:
             code, message = report.error_code, report.error_message
             self.state.retry_or_exhaust(record, code, message, now, backoff=True)
         else:
             record.error_code, record.error_message = report.error_code, report.error_message
-            self.state.end(record, JobStatus.FAILED, now)
+            self.state.end(record, model.JobStatus.FAILED, now)
         self._wake()
-        return ResultRecorded(self.state.snapshot(record), applied=True)
+        return model.ResultRecorded(self.state.snapshot(record), applied=True)
 
     async def report_and_claim(
-        self,
-        worker_id: str,
-        models: list[str],
-        results: Sequence[tuple[str, str, ResultReport]],
-        max_jobs: int,
-    ) -> ReportedAndClaimed:
+        self, worker_id: str, models: list[str], results: Sequence[model.LeaseResult], max_jobs: int
+    ) -> model.ReportedAndClaimed:
         await self._finished_loaded([job_id for job_id, _, _ in results])
         # One step: nothing below suspends (record_result's wait above is over),
         # so no other call runs in between.
@@ -427,15 +404,15 @@ class LocalEngine(Operators):
             try:
                 recorded = await self.record_result(job_id, lease_id, report)
             except (LeaseLost, JobCancelled, JobNotFound) as refused:
-                answers.append(ReportAnswer(job_id, refused=refused))
+                answers.append(model.ReportAnswer(job_id, refused=refused))
             else:
-                answers.append(ReportAnswer(job_id, recorded=recorded))
+                answers.append(model.ReportAnswer(job_id, recorded=recorded))
         claimed = self._claim(worker_id, models, max_jobs) if max_jobs > 0 else []
-        return ReportedAndClaimed(answers, claimed)
+        return model.ReportedAndClaimed(answers, claimed)
 
     # -- operations ----------------------------------------------------------
 
-    async def recover(self) -> list[JobEvent]:
+    async def recover(self) -> list[model.JobEvent]:
         self._check_open()
         now = self.state.clock()
         self.state.captured = []
@@ -461,11 +438,8 @@ class LocalEngine(Operators):
         return True
 
     async def events(
-        self,
-        after: str = "0",
-        count: int = 100,
-        block: timedelta | None = None,
-    ) -> list[JobEvent]:
+        self, after: str = "0", count: int = 100, block: timedelta | None = None
+    ) -> list[model.JobEvent]:
         self._check_open()
         start = event_number(after)
         deadline = time.monotonic() + (block.total_seconds() if block else 0.0)
@@ -485,7 +459,7 @@ class LocalEngine(Operators):
         self._check_open()
         return self.state.events[-1].id if self.state.events else "0"
 
-    async def ready_counts(self) -> dict[tuple[str, Priority, str], int]:
+    async def ready_counts(self) -> dict[tuple[str, model.Priority, str], int]:
         self._check_open()
         return {key: len(queue) for key, queue in self.state.queues.items()}
 
@@ -493,18 +467,18 @@ class LocalEngine(Operators):
         self._check_open()
         flights: dict[str, int] = {}
         for job_class, count in self.state.in_flight.items():
-            model = policy.class_parts(job_class)[0]
-            flights[model] = flights.get(model, 0) + count
+            model_name = policy.class_parts(job_class)[0]
+            flights[model_name] = flights.get(model_name, 0) + count
         return flights
 
     # -- the fleet (store/memory/fleet.py) -------------------------------------
-    async def record_workers(self, seen: Sequence[WorkerSighting]) -> None:
+    async def record_workers(self, seen: Sequence[model.WorkerSighting]) -> None:
         self.fleet.record(seen)
 
-    async def list_workers(self) -> list[WorkerInfo]:
+    async def list_workers(self) -> list[model.WorkerInfo]:
         return self.fleet.workers()
 
-    async def queue_stats(self) -> list[QueueStats]:  # pools: the lead replaces this body
+    async def queue_stats(self) -> list[model.QueueStats]:  # pools: the lead replaces this body
         return self.fleet.queue_stats()
 
     async def demand(self, model: str, pool: str | None) -> int:  # pools: the lead replaces it
@@ -514,13 +488,15 @@ class LocalEngine(Operators):
 
     # -- claim ---------------------------------------------------------------
 
-    async def claim_now(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+    async def claim_now(
+        self, worker_id: str, models: list[str], max_jobs: int
+    ) -> list[model.ClaimedJob]:
         self._check_open()
         return self._claim(worker_id, models, max_jobs)
 
-    def _claim(self, worker_id: str, models: list[str], max_jobs: int) -> list[ClaimedJob]:
+    def _claim(self, worker_id: str, models: list[str], max_jobs: int) -> list[model.ClaimedJob]:
         now = self.state.clock()
-        claimed: list[ClaimedJob] = []
+        claimed: list[model.ClaimedJob] = []
         while len(claimed) < max_jobs:
             record = self.state.next_ready(models)
             if record is None:
@@ -530,7 +506,7 @@ class LocalEngine(Operators):
             self._wake()
         return claimed
 
-    async def read_for_watch(self, tenant: str | None, job_id: str) -> Job:
+    async def read_for_watch(self, tenant: str | None, job_id: str) -> model.Job:
         return await self.get(tenant, job_id, "watch")
 
     # -- waiting -------------------------------------------------------------
@@ -556,7 +532,7 @@ class LocalEngine(Operators):
         if self._journal is not None:
             self._journal.check()
 
-    def _check_room(self, created: Sequence[SubmitRequest]) -> None:
+    def _check_room(self, created: Sequence[model.SubmitRequest]) -> None:
         """QueueFull when the journal's disk has no room for these jobs (past its reserve)."""
         if self._journal is None or not created:
             return

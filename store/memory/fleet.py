@@ -54,7 +54,7 @@ class LocalFleet:
     def workers(self) -> list[WorkerInfo]:
         self._check_open()
         registered = (
-            workers.Registered(worker_id, pool, models, dt(last))
+            WorkerInfo(worker_id, pool, models, dt(last))
             for worker_id, (pool, models, last) in self._seen.items()
         )
         held = (

@@ -480,11 +480,7 @@ class RedisEngine:
         return recorded
 
     async def report_and_claim(
-        self,
-        worker_id: str,
-        models: list[str],
-        results: Sequence[tuple[str, str, model.ResultReport]],
-        max_jobs: int,
+        self, worker_id: str, models: list[str], results: Sequence[model.LeaseResult], max_jobs: int
     ) -> model.ReportedAndClaimed:
         """Each partition's results in one script, which also claims there if the
         plan says so; the plan's other partitions are claimed from at the same

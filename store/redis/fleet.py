@@ -58,10 +58,10 @@ def _info(pool: str, models: Sequence[str]) -> str:
     return json.dumps({"pool": pool, "models": list(models)}, separators=(",", ":"))
 
 
-def _registered(worker_id: str, seen: object, info: object) -> workers.Registered:
+def _registered(worker_id: str, seen: object, info: object) -> WorkerInfo:
     decoded = json.loads(text(info)) if info else {}
     pool, models = decoded.get("pool", ""), tuple(decoded.get("models", ()))
-    return workers.Registered(worker_id, pool, models, ms_to_datetime(int(float(text(seen)))))
+    return WorkerInfo(worker_id, pool, models, ms_to_datetime(int(float(text(seen)))))
 
 
 class RedisFleet:

@@ -460,11 +460,7 @@ class Partition:
         return model.ResultRecorded(self._job(reply[1]), applied=reply[2] == 1)
 
     async def report_and_claim(
-        self,
-        worker_id: str,
-        models: list[str],
-        results: Sequence[tuple[str, str, model.ResultReport]],
-        max_jobs: int,
+        self, worker_id: str, models: list[str], results: Sequence[model.LeaseResult], max_jobs: int
     ) -> model.ReportedAndClaimed:
         """The results and a claim of up to max_jobs (0: none) in one script."""
         declared = self._hints.claim_declared(

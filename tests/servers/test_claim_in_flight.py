@@ -25,7 +25,7 @@ from jobgate.v1 import job_pb2, worker_service_pb2
 from serving.settings import ServerSettings
 from store import StoreSettings, open_store
 from store.memory import LocalStore
-from store.model import ClaimedJob, JobStatus, ReportedAndClaimed, ResultReport
+from store.model import ClaimedJob, JobStatus, LeaseResult, ReportedAndClaimed
 from store.protocol import Store
 from store.redis.scripts import read_script
 from tests.helpers import assert_eventually
@@ -231,7 +231,7 @@ class LateAnswerStore(LocalStore):
         self,
         worker_id: str,
         models: Sequence[str],
-        results: Sequence[tuple[str, str, ResultReport]],
+        results: Sequence[LeaseResult],
         max_jobs: int,
         pool: str = "",
     ) -> ReportedAndClaimed:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from store import Store
 from store.errors import JobCancelled, JobNotFound, LeaseLost
-from store.model import ClaimedJob, JobStatus, ResultReport
+from store.model import ClaimedJob, JobStatus, LeaseResult, ResultReport
 from tests.store.conftest import MODEL, TENANT, claim_one, submit_group, submit_one
 
 UNKNOWN_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
 
-def done(claimed: ClaimedJob, result: bytes = b"ok") -> tuple[str, str, ResultReport]:
+def done(claimed: ClaimedJob, result: bytes = b"ok") -> LeaseResult:
     return (claimed.job.id, claimed.lease_id, ResultReport(JobStatus.COMPLETED, result))
 
 

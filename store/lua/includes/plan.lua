@@ -146,3 +146,10 @@ local function plan_groups()
     end
   end
 end
+
+-- The plan's end for a script whose transitions were all planned:
+-- plan_groups(), then keys_needed() (the reply asking for more keys, or nil).
+local function finish_plan()
+  plan_groups()
+  return keys_needed()
+end
