@@ -51,7 +51,7 @@ from store.journal import collector, loading
 from store.journal.codec import Unloaded
 from store.journal.errors import DataDirRefused
 from store.journal.lock import DirLock
-from store.journal.schema import EXPIRE_FIELD, Tables
+from store.journal.schema import Tables
 from store.journal.writer import Companions, LazyBlobs, Loaded, Work, Writer, no_companions
 
 S = TypeVar("S")  # what the owner builds from a Loaded (its state)
@@ -159,17 +159,21 @@ class Journal(Generic[S]):
         self._meta: Callable[[], Mapping[str, Any]] = dict
         self._written_meta: dict[str, str] = {}
         self._sealed_meta: dict[str, Any] = {}  # the values last sealed, as objects
+        self._next_meta = 0.0  # (monotonic) when a seal may write the meta values again
+        self._meta_forced = False  # flush(): the next seal writes them
         #: per blob field, key -> the bytes object the file holds (as committed or
         #: being committed; forgotten on a failure, a reload, TTL deletions)
         self._blobs_written: list[dict[Any, bytes]] = [{} for _ in tables.records.blobs]
-        names = tables.records.names
-        self._expiry_column = names.index(EXPIRE_FIELD) if EXPIRE_FIELD in names else None
         self._dirty: dict[Any, None] = {}
         self._events: list[Any] = []
         self._lazy_due: float | None = None
         self._open_batch: _Batch | None = None
         self._inflight: _Batch | None = None
         self._kick = asyncio.Event()
+        #: the one timer that kicks the flusher at housekeeping or a lazy mark's due
+        #: time, and that time (moved only when it changes, not per commit)
+        self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_when = 0.0
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
         self._failure: StoreUnavailable | None = None
@@ -327,6 +331,12 @@ class Journal(Generic[S]):
             self._lazy_due = time.monotonic() + self.lazy_delay
             self._kick.set()
 
+    def created(self, key: Any) -> None:
+        """`key` is a new record: the file holds none of its blobs (an empty one needs
+        no DELETE at its first commit)."""
+        for written in self._blobs_written:
+            written[key] = b""
+
     def append(self, event: Any) -> None:
         self._events.append(event)
         self._batch().eager = True
@@ -361,8 +371,8 @@ class Journal(Generic[S]):
     async def flush(self) -> None:
         """Commit everything marked so far, lazy marks included."""
         self.check()
-        if self._dirty or self._events:
-            self._batch().eager = True
+        self._meta_forced = True
+        self._batch().eager = True
         await self.settled()
 
     def check_room(self, nbytes: int) -> None:
@@ -395,11 +405,10 @@ class Journal(Generic[S]):
         while True:
             due = self._closing or (self._open_batch is not None and self._open_batch.eager)
             if not due or self._failure is not None:
-                # (with a batch due, no wait: a timeout costs a timer per commit; while
-                # failed, _commit returns at once, and this wait is the loop's turn)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._sleep_until(housekeeping) - time.monotonic()):
-                        await self._kick.wait()
+                # (with a batch due, no wait; while failed, _commit returns at once, and
+                # this wait is the loop's turn)
+                self._alarm_at(self._sleep_until(housekeeping))
+                await self._kick.wait()
             self._kick.clear()
             now = time.monotonic()
             eager = self._open_batch is not None and self._open_batch.eager
@@ -408,7 +417,26 @@ class Journal(Generic[S]):
                 housekeeping = now + self.housekeeping_every
                 await self._commit()
             if self._closing and not self._dirty and not self._events:
+                if self._alarm is not None:
+                    self._alarm.cancel()
                 return
+
+    def _alarm_at(self, when: float) -> None:
+        """Kick the flusher at `when` (time.monotonic), or earlier. One timer, set again
+        only when it rang or `when` comes sooner: a timeout per wait cost a timer per
+        commit. (Each commit moves housekeeping later; a timer that rings before it is
+        due just wakes the flusher, which sets the next.)"""
+        if self._alarm is not None:
+            if self._alarm_when <= when:
+                return
+            self._alarm.cancel()
+        self._alarm_when = when
+        delay = max(0.0, when - time.monotonic())
+        self._alarm = asyncio.get_running_loop().call_later(delay, self._ring)
+
+    def _ring(self) -> None:
+        self._alarm = None
+        self._kick.set()
 
     def _sleep_until(self, housekeeping: float) -> float:
         if self._closing or (self._open_batch is not None and self._open_batch.eager):
@@ -445,6 +473,9 @@ class Journal(Generic[S]):
             return
         finally:
             self._inflight = None
+        for key in work.expired:  # the file holds none of their blobs now
+            for written in self._blobs_written:
+                written.pop(key, None)
         self._pending_bytes = max(0, self._pending_bytes - pending)
         batch.resolve()
 
@@ -455,27 +486,20 @@ class Journal(Generic[S]):
         upserts: list[list[tuple[Any, bytes]]] = [[] for _ in codec.blobs]
         deletes: list[list[tuple[Any]]] = [[] for _ in codec.blobs]
         written = self._blobs_written
-        expiry = self._expiry_column
         if sum(len(by_key) for by_key in written) > BLOBS_REMEMBERED:
             written = self._blobs_written = [{} for _ in codec.blobs]
         for key in self._dirty:
             record = self._records.get(key)
             if record is None:
                 continue  # dropped from memory (its TTL ran out): the TTL deletes its row
-            row = codec.row(record)
-            work.rows.append(row)
-            # Only a row that cannot expire remembers its blobs: the TTL deletes an
-            # expiring row's blobs behind the journal's back (then a retry writes them).
-            remember = expiry is None or row[expiry] is None
+            work.rows.append(codec.row(record))
             for index, value in enumerate(codec.blob_values(record)):
                 if isinstance(value, Unloaded):
                     continue  # still on disk, unchanged
-                if remember:
-                    if written[index].get(key) is value:
-                        continue  # the object the file holds already (a claim's payload)
-                    written[index][key] = value
-                else:
-                    written[index].pop(key, None)
+                held = written[index].get(key)
+                if held is value or (not value and held is not None and not held):
+                    continue  # what the file holds already (a claim's payload, no result yet)
+                written[index][key] = value
                 if value:
                     upserts[index].append((key, value))
                 else:
@@ -487,6 +511,26 @@ class Journal(Generic[S]):
                 work.blob_deletes[name] = deletes[index]
         events = self.tables.events
         work.events = [events.row(event) for event in self._events]
+        if self._meta_due():
+            self._seal_meta(work)
+        self._dirty = {}
+        self._events = []
+        self._lazy_due = None
+        return work
+
+    def _meta_due(self) -> bool:
+        """Whether this seal writes the meta values: at most every `lazy_delay` seconds
+        (they change with nearly every Submit and claim, and encoding them cost a fifth of a
+        small commit), and always when closing or flushing. A start after a crash
+        reconciles them with the records (store/memory/durable.py restore)."""
+        now = time.monotonic()
+        if not (self._closing or self._meta_forced or now >= self._next_meta):
+            return False
+        self._meta_forced = False
+        self._next_meta = now + self.lazy_delay
+        return True
+
+    def _seal_meta(self, work: Work) -> None:
         sealed = self._sealed_meta
         for name, value in self._meta().items():
             if sealed.get(name) is value:
@@ -496,10 +540,6 @@ class Journal(Generic[S]):
             if self._written_meta.get(name) != text:
                 work.meta.append((name, text))
                 self._written_meta[name] = text
-        self._dirty = {}
-        self._events = []
-        self._lazy_due = None
-        return work
 
     def _forget_blobs(self) -> None:
         self._blobs_written = [{} for _ in self.tables.records.blobs]

@@ -65,6 +65,8 @@ class Work:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     meta: list[tuple[str, str]] = field(default_factory=list)
     now: float = 0.0  # TTL deletions: rows whose expire_at <= now
+    #: filled by the commit: the keys whose rows (and blobs) its TTL deletions removed
+    expired: list[Any] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -130,8 +132,8 @@ class Writer:
         self._expire_column = (
             records.names.index(EXPIRE_FIELD) if EXPIRE_FIELD in records.names else None
         )
-        self._upsert_record = insert_sql("records", records.names)
-        self._insert_event = insert_sql("events", tables.events.names, replace=False)
+        self._upsert_record = insert_sql("records", records.names, key=records.key)
+        self._insert_event = insert_sql("events", tables.events.names)
 
     # -- open and load -------------------------------------------------------
 
@@ -313,6 +315,7 @@ class Writer:
         if work.now < self._next_expiry:
             return
         due = f"SELECT id FROM records WHERE {EXPIRE_FIELD} <= ?"
+        work.expired = [key for (key,) in con.execute(due, (work.now,))]
         for name in self.tables.records.blobs:
             con.execute(
                 f"DELETE FROM {self.tables.blob_table(name)} WHERE id IN ({due})", (work.now,)

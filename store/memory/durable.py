@@ -76,6 +76,8 @@ class JournalChanges(Changes):
         self.journal = journal
 
     def emitted(self, record: Record, event: JobEvent) -> None:
+        if event.from_status is None:
+            self.journal.created(record.id)  # no blob of it on disk yet
         self.journal.mark(record.id)
         if record.parent_id:
             self.journal.mark(record.parent_id)  # its counters and progress moved
@@ -254,7 +256,9 @@ class Backfill:
 
 
 def _restore_live(state: State, record: Record) -> None:
-    """Count a live job (a group counts as its children) and push its deadlines."""
+    """Count a live job (a group counts as its children), push its deadlines, and
+    raise the fair-share state to what it holds."""
+    _restore_passes(state, record)
     state.live_by_tenant[record.tenant] = state.live_by_tenant.get(record.tenant, 0) + 1
     state.live_total += 1
     if record.status is JobStatus.PROCESSING:
@@ -268,6 +272,20 @@ def _restore_live(state: State, record: Record) -> None:
             state.queue_waits.push(record.queue_deadline, record.id)
         if record.ready_at > 0:
             state.retries.push(record.ready_at, record.id)
+
+
+def _restore_passes(state: State, record: Record) -> None:
+    """The journal writes the meta values at most every LAZY_DELAY, so after a crash
+    the file's passes and floors may be a moment old: a tenant's pass is at least
+    its live jobs' (so its next job still queues behind them: FIFO within a
+    tenant), a floor at least what its leased jobs were handed out at."""
+    if record.weight <= 0 or not record.seq:
+        return  # fair share off (the FIFO counter: _restore_queues), or never queued
+    tenant = (record.model, record.priority, record.tenant)
+    state.passes[tenant] = max(state.passes.get(tenant, 0.0), record.seq)
+    if record.status is JobStatus.PROCESSING:
+        handed_out = (record.model, record.priority)
+        state.floors[handed_out] = max(state.floors.get(handed_out, 0.0), record.seq)
 
 
 def _restore_queues(state: State, slotted: list[Record]) -> None:

@@ -19,7 +19,7 @@ from store.memory import LocalStore
 from store.memory.state import State
 from store.model import JobStatus
 from tests.helpers import assert_eventually
-from tests.store.conftest import MODEL, TENANT, claim_one, submit_one
+from tests.store.conftest import MODEL, TENANT, claim_one, complete, submit_one
 from tests.store.durable import count, journal_of, open_store, query
 
 CONCURRENT = 200
@@ -278,3 +278,46 @@ async def test_a_claim_does_not_write_its_jobs_payload_again(
     assert any("records" in statement for statement in statements)
     assert not any("blob_payload" in statement for statement in statements)
     assert query(tmp_path, "SELECT data FROM blob_payload WHERE id = ?", job.id) == [(b"kept",)]
+
+
+async def test_a_jobs_end_does_not_write_its_payload_again(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    job = await submit_one(store, payload=b"kept")
+    claimed = await claim_one(store)
+    statements: list[str] = []
+    journal_of(store).writer.con.set_trace_callback(statements.append)
+
+    await complete(store, claimed, b"made")
+
+    assert not any("blob_payload" in statement for statement in statements)
+    assert query(tmp_path, "SELECT data FROM blob_payload WHERE id = ?", job.id) == [(b"kept",)]
+    assert query(tmp_path, "SELECT data FROM blob_result WHERE id = ?", job.id) == [(b"made",)]
+
+
+async def test_a_new_job_deletes_nothing(store: LocalStore) -> None:
+    await submit_one(store)  # the first commit also looks for expired rows
+    statements: list[str] = []
+    journal_of(store).writer.con.set_trace_callback(statements.append)
+
+    await submit_one(store)
+
+    assert any("INSERT INTO records" in statement for statement in statements)
+    assert [s for s in statements if "DELETE" in s] == []
+
+
+async def test_the_meta_values_are_written_at_most_once_per_lazy_delay(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, housekeeping_every=3600, lazy_delay=3600)
+    try:
+        await submit_one(store)  # the first commit writes them
+        statements: list[str] = []
+        journal_of(store).writer.con.set_trace_callback(statements.append)
+        for _ in range(3):
+            await submit_one(store)
+        written_meanwhile = [statement for statement in statements if "meta" in statement]
+        await journal_of(store).flush()
+    finally:
+        await store.close()
+
+    assert written_meanwhile == []
+    assert any("meta" in statement for statement in statements)  # the flush wrote them

@@ -421,3 +421,26 @@ async def test_the_file_rebuilds_the_state_after_any_mix_of_calls(
         await live.close()
         if copy is not None:
             await copy.close()
+
+
+async def test_a_tenants_jobs_keep_their_order_after_a_crash_left_the_meta_behind(
+    tmp_path: Path,
+) -> None:
+    # the meta values (fair-share passes) are written at most every lazy_delay: the
+    # first commit writes them, the next ones leave them behind
+    live = await open_store(tmp_path / "live", lazy_delay=3600)
+    try:
+        jobs = [await submit_one(live) for _ in range(3)]
+        shutil.copytree(
+            tmp_path / "live", tmp_path / "crashed", ignore=shutil.ignore_patterns("lock")
+        )
+    finally:
+        await live.close()
+    store = await open_store(tmp_path / "crashed")
+    try:
+        jobs.append(await submit_one(store))
+        order = [(await claim_one(store)).job.id for _ in range(4)]
+    finally:
+        await store.close()
+
+    assert order == [job.id for job in jobs]
