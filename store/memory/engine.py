@@ -34,7 +34,7 @@ from store.memory import durable, submits
 from store.memory.changes import IN_MEMORY, Changes
 from store.memory.fleet import LocalFleet
 from store.memory.operators import Operators
-from store.memory.record import Outcome, Record
+from store.memory.record import Record, outcome_of, same_outcome
 from store.memory.state import State, dt, event_number
 from store.memory.waiters import LocalListener, Waiters
 from store.policy import Verdict
@@ -362,12 +362,12 @@ class LocalEngine(Operators):
         self._check_open()
         now = self.state.clock()
         record = self.state.record_of(job_id)
-        outcome: Outcome = (report.status, report.retryable, report.error_code, report.result)
+        outcome = outcome_of(report)
         verdict = policy.result_verdict(
             record.status,
             bool(lease_id) and record.lease_id == lease_id,
             record.cancel_requested,
-            record.outcome == outcome,
+            same_outcome(record.outcome, outcome, report.result),
         )
         if verdict is Verdict.JOB_CANCELLED:
             raise JobCancelled(f"job {job_id} was cancelled", job_id=job_id)

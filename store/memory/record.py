@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
-from store.model import JobKind, JobStatus, Priority
+from store.model import JobKind, JobStatus, Priority, ResultReport
 
-# What a set_result asked for, to recognise a repeat after a lost answer.
+#: What a set_result asked for, to recognise a repeat after a lost answer: status,
+#: retryable, error code and the result's digest (as the Redis store keeps its
+#: sha1): the result itself would be kept twice, and encoded into every write of
+#: the record's row by the durable store.
 Outcome = tuple[JobStatus, bool, str, bytes]
+
+
+def outcome_of(report: ResultReport) -> Outcome:
+    digest = hashlib.sha1(report.result, usedforsecurity=False).digest()
+    return (report.status, report.retryable, report.error_code, digest)
+
+
+def same_outcome(recorded: Outcome | None, outcome: Outcome, result: bytes) -> bool:
+    """Whether `outcome` (of a report of `result`) is the one recorded. A record
+    written before outcomes kept a digest holds the result itself."""
+    if recorded is None or recorded[:3] != outcome[:3]:
+        return False
+    return recorded[3] == outcome[3] or recorded[3] == result
 
 
 @dataclass(slots=True)

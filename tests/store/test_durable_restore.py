@@ -28,7 +28,7 @@ from store.model import (
     SubmitRequest,
 )
 from tests.store.conftest import MODEL, TENANT, claim_one, submit_group, submit_one
-from tests.store.durable import FakeClock, journal_of, open_store, settings
+from tests.store.durable import FakeClock, journal_of, open_store, query, settings
 
 
 async def _restarted(store: LocalStore, directory: Path, **kwargs: Any) -> LocalStore:
@@ -444,3 +444,23 @@ async def test_a_tenants_jobs_keep_their_order_after_a_crash_left_the_meta_behin
         await store.close()
 
     assert order == [job.id for job in jobs]
+
+
+async def test_a_result_is_stored_once_and_its_repeat_is_recognised_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path)
+    job = await submit_one(store)
+    claimed = await claim_one(store)
+    report = ResultReport(JobStatus.COMPLETED, b"r" * 65536)
+    await store.record_result(job.id, claimed.lease_id, report)
+    row_bytes = query(tmp_path, "SELECT sum(length(CAST(outcome AS BLOB))) FROM records")[0][0]
+
+    store = await _restarted(store, tmp_path)
+    try:
+        repeat = await store.record_result(job.id, claimed.lease_id, report)
+    finally:
+        await store.close()
+
+    assert row_bytes < 200  # the outcome keeps the result's digest, not the result
+    assert repeat.applied is False and repeat.job.result == report.result
