@@ -1,0 +1,205 @@
+"""Paired end-to-end A/B of two checkouts: section 1's rows, each pair back to back.
+
+Whole `bench.run --only e2e` runs of two trees, interleaved, drift apart
+with the host (on two shared cores one tree's producer, the same code in
+both, moved 1.2x between runs of one sitting). Here the unit is a block:
+one topology at one worker concurrency, its three producers and then its
+prefilled drain, with section 1's sizes. For each repetition and block the
+two trees' blocks run back to back (about a minute apart), the order
+alternating between repetitions, and each row's figure is the ratio of
+medians and the median of the pairs' ratios.
+
+    git worktree add --detach ../base fb35174 && make -C ../base venv
+    python -m bench.pair --base-dir ../base --reps 5 --out bench/RESULTS-pair.md
+
+Each block runs in its tree's own venv with that tree on PYTHONPATH, as a
+script of bench APIs both trees have (BLOCK), so the base needs nothing of
+this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.report import table
+
+#: (topology, worker concurrency) of each block, in section 1's order.
+BLOCKS: tuple[tuple[str, int], ...] = (("embedded", 1), ("embedded", 8), ("redis", 1), ("redis", 8))
+PRODUCERS = ("1 Submit at a time", "32 Submits in flight", "BatchSubmit of 100", "drain")
+TOPOLOGY_NAMES = {"embedded": "embedded", "redis": "redis (no persistence)"}
+
+#: One block, run by a tree's own interpreter: prints {producer: [jobs/s, {process: CPU ms
+#: a job}]} as JSON. Only names every tree since section 1 has (fb35174 on).
+BLOCK = """
+import json, sys
+from bench import servers
+from bench.e2e import BATCH, INFLIGHT, SEQUENTIAL, Run, drain, measure, ready_worker
+from bench.sink import sink
+
+topology_name, concurrency = sys.argv[1], int(sys.argv[2])
+sizes = {SEQUENTIAL: (2000, {"inflight": 1}), INFLIGHT: (5000, {"inflight": 32}),
+         BATCH: (5000, {"batch": 100})}
+drain_jobs = 5000
+out = {}
+with sink() as timing:
+    start = servers.on_redis(None) if topology_name == "redis" else servers.embedded()
+    with start as topology:
+        with ready_worker(topology, timing, "bench-e2e", concurrency) as pids:
+            for producer, (jobs, options) in sizes.items():
+                run = Run(topology.name, concurrency, producer)
+                run = measure(topology, timing, pids, run, "bench-e2e", jobs, **options)
+                out[producer] = [run.rate, {k: v / jobs * 1000 for k, v in run.cpu.items()}]
+        run = drain(topology, timing, concurrency, drain_jobs)
+        out["drain"] = [run.rate, {k: v / drain_jobs * 1000 for k, v in run.cpu.items()}]
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class BlockRun:
+    """One tree's run of one block: jobs/s and CPU ms a job per process, by producer."""
+
+    rep: int
+    tree: str  # "base" or "head"
+    block: tuple[str, int]
+    rows: dict[str, tuple[float, dict[str, float]]]
+
+
+def run_block(directory: Path, block: tuple[str, int]) -> dict[str, tuple[float, dict[str, float]]]:
+    """The block in `directory`'s tree, with its own venv."""
+    python = directory / ".venv" / "bin" / "python"
+    env = {**os.environ, "PYTHONPATH": str(directory)}
+    done = subprocess.run(
+        [str(python), "-c", BLOCK, block[0], str(block[1])],
+        cwd=directory, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    return {producer: (float(rate), cpu) for producer, (rate, cpu) in rows.items()}
+
+
+def sitting(
+    trees: dict[str, Path], reps: int, blocks: Sequence[tuple[str, int]] = BLOCKS
+) -> list[BlockRun]:
+    """`reps` repetitions; in each, every block by both trees back to back, the
+    order alternating between repetitions."""
+    runs = []
+    for rep in range(1, reps + 1):
+        for block in blocks:
+            order = ["base", "head"] if rep % 2 else ["head", "base"]
+            for tree in order:
+                started = time.monotonic()
+                runs.append(BlockRun(rep, tree, block, run_block(trees[tree], block)))
+                print(f"rep {rep} {block} {tree}: {time.monotonic() - started:.0f} s",
+                      file=sys.stderr)  # fmt: skip
+    return runs
+
+
+def ratios(
+    runs: Sequence[BlockRun], block: tuple[str, int], producer: str
+) -> tuple[list[float], list[float], float, float]:
+    """The base's and head's jobs/s (in repetition order), head/base of the medians,
+    and the median of the pairs' head/base ratios."""
+    rates: dict[str, dict[int, float]] = {"base": {}, "head": {}}
+    for run in runs:
+        if run.block == block and producer in run.rows:
+            rates[run.tree][run.rep] = run.rows[producer][0]
+    base, head = rates["base"], rates["head"]
+    paired = [head[rep] / base[rep] for rep in sorted(base) if rep in head and base[rep]]
+    of_medians = statistics.median(head.values()) / statistics.median(base.values())
+    return list(base.values()), list(head.values()), of_medians, statistics.median(paired)
+
+
+def cpu_ratio(runs: Sequence[BlockRun], block: tuple[str, int], producer: str) -> float:
+    """head/base of the median CPU ms a job, summed over the processes measured."""
+    totals: dict[str, list[float]] = {"base": [], "head": []}
+    for run in runs:
+        if run.block == block and producer in run.rows:
+            totals[run.tree].append(sum(run.rows[producer][1].values()))
+    return statistics.median(totals["head"]) / statistics.median(totals["base"])
+
+
+def report(runs: Sequence[BlockRun], bound: float, labels: dict[str, str]) -> list[str]:
+    """Markdown: one line a row, its runs, both ratios and whether both are within."""
+    cells = []
+    within = 0
+    for block in dict.fromkeys(run.block for run in runs):
+        for producer in PRODUCERS:
+            if not any(run.block == block and producer in run.rows for run in runs):
+                continue
+            base, head, of_medians, of_pairs = ratios(runs, block, producer)
+            inside = min(of_medians, of_pairs) >= 1 - bound
+            within += inside
+            cells.append([
+                f"{TOPOLOGY_NAMES[block[0]]} / {block[1]} / {producer}",
+                _runs(base), _runs(head), f"{of_medians:.2f}", f"{of_pairs:.2f}",
+                "within" if inside else "**outside**", f"{cpu_ratio(runs, block, producer):.2f}",
+            ])  # fmt: skip
+    header = ["jobs/s: row", f"base {labels['base']} (runs; median)",
+              f"head {labels['head']} (runs; median)", "head/base, medians",
+              "head/base, median of pairs", f"both within {bound:.0%}",
+              "CPU a job, all processes, head/base (medians)"]  # fmt: skip
+    return [*table(header, cells), "", f"{within} of {len(cells)} rows within by both ratios."]
+
+
+def _runs(rates: list[float]) -> str:
+    return ", ".join(f"{rate:.0f}" for rate in rates) + f"; **{statistics.median(rates):.0f}**"
+
+
+def _load() -> str:
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _revision(directory: Path) -> str:
+    done = subprocess.run(["git", "-C", str(directory), "rev-parse", "--short", "HEAD"],
+                          check=True, capture_output=True, text=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--base-dir", type=Path, required=True, help="the other checkout, with .venv"
+    )
+    parser.add_argument("--head-dir", type=Path, default=Path.cwd(), help="default: this one")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--block", action="append", default=None,
+                        help="TOPOLOGY:CONCURRENCY (embedded:1 ...), default all four")  # fmt: skip
+    parser.add_argument("--bound", type=float, default=0.10, help="a row within 1 - bound")
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--jsonl", type=Path, default=None, help="each block's figures, raw")
+    args = parser.parse_args()
+    trees = {"base": args.base_dir.resolve(), "head": args.head_dir.resolve()}
+    labels = {name: _revision(directory) for name, directory in trees.items()}
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    blocks = BLOCKS
+    if args.block:
+        blocks = tuple((name, int(concurrency)) for name, concurrency in
+                       (block.split(":") for block in args.block))  # fmt: skip
+    runs = sitting(trees, args.reps, blocks)
+    if args.jsonl:
+        with args.jsonl.open("a") as out:
+            for run in runs:
+                out.write(json.dumps({"rep": run.rep, "tree": run.tree, "block": run.block,
+                                      "rows": run.rows}) + "\n")  # fmt: skip
+    lines = [f"Paired A/B, {args.reps} repetitions, started {started}; "
+             f"base {labels['base']}, head {labels['head']}.", "",
+             *report(runs, args.bound, labels), "",
+             f"Command: `python -m bench.pair {' '.join(sys.argv[1:])}`; "
+             f"load average at the end {_load()}."]  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
