@@ -52,12 +52,12 @@ local function index_moved(id, from, to, tenant, kind, created)
   if from and from ~= '' and from ~= to then
     redis.call('ZREM', K_INDEX_STATUS, index_member(tenant, from, kind, created, id))
   end
-  redis.call('ZADD', K_INDEX_STATUS, 0, index_member(tenant, to, kind, created, id))
+  redis.call('ZADD', K_INDEX_STATUS, '0', index_member(tenant, to, kind, created, id))
 end
 
 -- submit's upkeep: the new job in its (tenant, model) run (`model_index`: that key's name).
 local function index_created(id, model_index, created)
-  redis.call('ZADD', declared_key(model_index), 0, index_ms(created) .. id)
+  redis.call('ZADD', declared_key(model_index), '0', index_ms(created) .. id)
 end
 
 -- expire_job()'s upkeep: the job's record expires in ttl_ms; the drain then
