@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -184,11 +185,23 @@ class PartitionLister:
         return jobs
 
     async def drain(self, client: StoreClient) -> int:
-        """Take the jobs whose records expired out of the runs; how many entries it handled."""
+        """Take the jobs whose records expired out of the runs; how many entries it handled.
+
+        The list is in the order its entries were pushed, so its head is due
+        first: while the head is not due yet by this host's clock, nothing is
+        read further and no script runs (recovery calls this a few times a
+        second, and the list holds every job ended within result_ttl). The
+        script decides by the store's clock; a host clock behind it only
+        delays the drain by the difference.
+        """
         handled = 0
         while True:
             self.connection.check_open()
             with translated("recover"):  # on recovery's own pool, like its scripts
+                first: Any = await client.lindex(self.keys.index_expiring, 0)
+            if first is None or _due_ms(text(first)) > time.time() * 1000:
+                return handled
+            with translated("recover"):
                 head: Any = await client.lrange(self.keys.index_expiring, 0, DRAIN_BATCH - 1)
             entries = [text(entry) for entry in head]
             if not entries:
@@ -205,6 +218,13 @@ class PartitionLister:
             handled += done
             if done < len(entries):
                 return handled
+
+
+def _due_ms(entry: str) -> int:
+    """An index:expiring entry's due time ("<due ms> <member> <model>"); 0 if unreadable
+    (the script then decides what to do with it)."""
+    due = entry.split(" ", 1)[0]
+    return int(due) if due.isdigit() else 0
 
 
 def _fields(reply: Any) -> dict[str, bytes]:

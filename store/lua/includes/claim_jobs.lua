@@ -141,22 +141,22 @@ local function claim_one(id, f, lease_id, worker_id, lease_ms, score, priority)
   local deadline = NOW + lease_ms
   local attempts = (tonumber(f[7]) or 0) + 1
   local record = {'status', ST.PROCESSING, 'worker_id', worker_id, 'attempts', attempts,
-    'lease_id', lease_id, 'lease_deadline', deadline, 'update_time', NOW,
-    'cancel_requested', 0, 'outcome', ''}
+    'lease_id', lease_id, 'lease_deadline', deadline, 'update_time', NOW_S,
+    'cancel_requested', '0', 'outcome', ''}
   for _, name in ipairs(STAMP_ALWAYS.claim or {}) do
     record[#record + 1] = name
-    record[#record + 1] = NOW
+    record[#record + 1] = NOW_S
   end
   redis.call('HSET', key, unpack(record))
   for _, name in ipairs(STAMP_ONCE.claim or {}) do
-    redis.call('HSETNX', key, name, NOW)
+    redis.call('HSETNX', key, name, NOW_S)
   end
   redis.call('ZADD', K_LEASES, deadline, id)
   local run_timeout = tonumber(f[3]) or 0
   if run_timeout > 0 then
     redis.call('ZADD', K_RUN, NOW + run_timeout, id)
   end
-  redis.call('HINCRBY', K_INFLIGHT, queue_class(f[2], f[6]), 1)
+  redis.call('HINCRBY', K_INFLIGHT, queue_class(f[2], f[6]), '1')
   emit(id, ST.QUEUED, ST.PROCESSING, {f[4] or '', f[8], f[2], f[9], attempts, worker_id,
     f[10] or '', f[11], f[12]})
   notify('j', id)
@@ -167,7 +167,7 @@ local function claim_one(id, f, lease_id, worker_id, lease_ms, score, priority)
     local pkey = jk(parent_id)
     local p = redis.call('HMGET', pkey, 'status', 'max_parallel')
     if p[1] == ST.QUEUED then
-      redis.call('HSET', pkey, 'status', ST.PROCESSING, 'start_time', NOW, 'update_time', NOW)
+      redis.call('HSET', pkey, 'status', ST.PROCESSING, 'start_time', NOW_S, 'update_time', NOW_S)
       emit(parent_id, ST.QUEUED, ST.PROCESSING)
       notify('j', parent_id)
     end

@@ -43,6 +43,8 @@ local READY_CHANNEL = ARGV[1]
 local CHANGES_CHANNEL = ARGV[2]
 local EVENTS_MAXLEN = ARGV[3]
 local RESULT_TTL_MS = tonumber(ARGV[4])
+-- the same as the caller wrote it, for PEXPIRE and PX (no number to format)
+local RESULT_TTL_PX = ARGV[4]
 local K_EVENTS = KEYS[1]
 local K_LEASES = KEYS[2]
 local K_RUN = KEYS[3]
@@ -54,11 +56,17 @@ local K_INFLIGHT = KEYS[8]
 local K_MODELS = KEYS[9]
 local K_SEQ = KEYS[10]
 
-local NOW, NOW_US
+-- NOW_S is NOW's digits, built from TIME's strings: the store writes it
+-- (update_time, end_time, the event's time...) as a string, because Redis
+-- 7.0 turns every Lua number given to redis.call into text with
+-- printf("%.17g"), the costliest step of a short command. For the same
+-- reason constant numbers go to redis.call as strings ('0', '1').
+local NOW, NOW_US, NOW_S
 do
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  NOW_S = t[1] .. string.sub(string.rep('0', 6 - #t[2]) .. t[2], 1, 3)
 end
 
 -- The next ready-queue score ("seq") of this partition: its clock in
@@ -140,7 +148,7 @@ local function emit(id, from, to, known)
   local fields = {
     'job_id', id, 'parent_job_id', f[1] or '', 'tenant', f[2] or '', 'model', f[3] or '',
     'priority', f[4] or '', 'from', from or '', 'to', to, 'attempts', f[5] or '0',
-    'worker_id', f[6] or '', 'error_code', f[7] or '', 'time', tostring(NOW)}
+    'worker_id', f[6] or '', 'error_code', f[7] or '', 'time', NOW_S}
   if ACTOR ~= '' then
     fields[#fields + 1] = 'actor'
     fields[#fields + 1] = ACTOR
@@ -164,7 +172,7 @@ end
 local function leave_processing(id, class)
   redis.call('ZREM', K_LEASES, id)
   redis.call('ZREM', K_RUN, id)
-  redis.call('HINCRBY', K_INFLIGHT, class, -1)
+  redis.call('HINCRBY', K_INFLIGHT, class, '-1')
 end
 
 -- HELD or PROCESSING -> QUEUED, claimable now (delay 0) or after delay_ms.
@@ -179,7 +187,7 @@ local function to_queued(id, from, delay_ms)
   if not seq or seq == '' or seq == '0' then
     seq = next_score(f[1], f[2], f[6], f[7])
   end
-  redis.call('HSET', key, 'status', ST.QUEUED, 'update_time', NOW, 'seq', seq)
+  redis.call('HSET', key, 'status', ST.QUEUED, 'update_time', NOW_S, 'seq', seq)
   local queue_timeout = tonumber(f[4]) or 0
   if queue_timeout > 0 then
     redis.call('ZADD', K_QTIMEOUTS, NOW + queue_timeout, id)
@@ -223,33 +231,33 @@ local function release_held(parent_id)
   end
 end
 
--- The record, payload, result and idempotency key of job `id` get `ttl_ms`.
--- A caller that read the record's idem_ref passes it (false: none), and
--- `result_set` false when it knows no result key exists or has its TTL;
--- `indexed` as index_expiring's.
-local function expire_job(id, ttl_ms, idem, result_set, indexed)
+-- The record, payload, result and idempotency key of job `id` get the
+-- result TTL. A caller that read the record's idem_ref passes it (false:
+-- none), and `result_set` false when it knows no result key exists or has
+-- its TTL; `indexed` as index_expiring's.
+local function expire_job(id, idem, result_set, indexed)
   local key = jk(id)
-  index_expiring(id, ttl_ms, indexed)
-  redis.call('PEXPIRE', key, ttl_ms)
-  redis.call('PEXPIRE', payload_key(id), ttl_ms)
+  index_expiring(id, RESULT_TTL_MS, indexed)
+  redis.call('PEXPIRE', key, RESULT_TTL_PX)
+  redis.call('PEXPIRE', payload_key(id), RESULT_TTL_PX)
   if result_set ~= false then
-    redis.call('PEXPIRE', result_key(id), ttl_ms)
+    redis.call('PEXPIRE', result_key(id), RESULT_TTL_PX)
   end
   if idem == nil then
     idem = redis.call('HGET', key, 'idem_ref')
   end
   if idem and idem ~= '' then
-    redis.call('PEXPIRE', declared_key(idem), ttl_ms)
+    redis.call('PEXPIRE', declared_key(idem), RESULT_TTL_PX)
   end
 end
 
 -- Once a group's parent and every child are terminal they expire together.
 local function expire_group(parent_id)
-  expire_job(parent_id, RESULT_TTL_MS)
-  redis.call('PEXPIRE', children_key(parent_id), RESULT_TTL_MS)
+  expire_job(parent_id)
+  redis.call('PEXPIRE', children_key(parent_id), RESULT_TTL_PX)
   redis.call('DEL', held_key(parent_id))
   for _, cid in ipairs(redis.call('LRANGE', children_key(parent_id), 0, -1)) do
-    expire_job(cid, RESULT_TTL_MS)
+    expire_job(cid)
   end
 end
 
@@ -282,7 +290,7 @@ local function child_ended(parent_id, status, was_active)
     end
     return
   end
-  redis.call('HSET', pkey, 'progress', tostring(done / total), 'update_time', NOW)
+  redis.call('HSET', pkey, 'progress', tostring(done / total), 'update_time', NOW_S)
   release_held(parent_id)
   if done >= total then
     -- store/policy.py group_outcome, in Lua
@@ -328,13 +336,13 @@ finish = function(id, status, error_code, error_message, extra, result_set, know
   elseif from == ST.PROCESSING then
     redis.call('ZREM', K_LEASES, id)
     redis.call('ZREM', K_RUN, id)
-    redis.call('HINCRBY', K_INFLIGHT, queue_class(model, f[7]), -1)
+    redis.call('HINCRBY', K_INFLIGHT, queue_class(model, f[7]), '-1')
   end
   if kind ~= KIND.GROUP then
-    redis.call('HINCRBY', K_LIVE, tenant, -1)
+    redis.call('HINCRBY', K_LIVE, tenant, '-1')
     redis.call('DECR', K_LIVE_TOTAL)
   end
-  local record = {'status', status, 'end_time', NOW, 'update_time', NOW,
+  local record = {'status', status, 'end_time', NOW_S, 'update_time', NOW_S,
     'error_code', error_code, 'error_message', error_message}
   for _, value in ipairs(extra or {}) do
     record[#record + 1] = value
@@ -353,7 +361,7 @@ finish = function(id, status, error_code, error_message, extra, result_set, know
     if result_set == nil then
       result_set = status == ST.COMPLETED  -- only a completed job may have a result
     end
-    expire_job(id, RESULT_TTL_MS, f[10] or false, result_set,
+    expire_job(id, f[10] or false, result_set,
       {tenant, status, kind, f[11], model})
   end
 end

@@ -49,7 +49,7 @@ local function end_attempt(id, j, op, outcome, status, result, content_type, err
     local single = j.kind == KIND.SINGLE
     if result ~= '' then
       if single then  -- a child's result expires with its group
-        redis.call('SET', result_key(id), result, 'PX', RESULT_TTL_MS)
+        redis.call('SET', result_key(id), result, 'PX', RESULT_TTL_PX)
       else
         redis.call('SET', result_key(id), result)
       end

@@ -47,17 +47,23 @@ local function index_member(tenant, status, kind, created, id)
   return tenant .. '|' .. INDEX_STATUS[status] .. INDEX_KIND[kind] .. index_ms(created) .. id
 end
 
+-- The member index_moved() last gave each job in this script: its
+-- current one, which index_expiring() then reuses instead of building it again.
+local INDEXED = {}
+
 -- emit()'s upkeep: the job left status `from` (nil: it was just created) for `to`.
 local function index_moved(id, from, to, tenant, kind, created)
   if from and from ~= '' and from ~= to then
     redis.call('ZREM', K_INDEX_STATUS, index_member(tenant, from, kind, created, id))
   end
-  redis.call('ZADD', K_INDEX_STATUS, 0, index_member(tenant, to, kind, created, id))
+  local member = index_member(tenant, to, kind, created, id)
+  INDEXED[id] = member
+  redis.call('ZADD', K_INDEX_STATUS, '0', member)
 end
 
 -- submit's upkeep: the new job in its (tenant, model) run (`model_index`: that key's name).
 local function index_created(id, model_index, created)
-  redis.call('ZADD', declared_key(model_index), 0, index_ms(created) .. id)
+  redis.call('ZADD', declared_key(model_index), '0', index_ms(created) .. id)
 end
 
 -- expire_job()'s upkeep: the job's record expires in ttl_ms; the drain then
@@ -69,6 +75,7 @@ local function index_expiring(id, ttl_ms, known)
   if not f[1] then
     return
   end
+  local member = INDEXED[id] or index_member(f[1], f[2], f[3], f[4], id)
   redis.call('RPUSH', K_INDEX_EXPIRING, string.format('%.0f', NOW + ttl_ms) .. ' ' ..
-    index_member(f[1], f[2], f[3], f[4], id) .. ' ' .. (f[5] or ''))
+    member .. ' ' .. (f[5] or ''))
 end

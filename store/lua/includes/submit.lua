@@ -89,10 +89,10 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
     'id', job['id'], 'tenant', item.tenant, 'kind', kind, 'status', status,
     'priority', item.spec['priority'], 'model', job['model'], 'seq', seq,
     'idempotency_key', job['idempotency_key'] or '',
-    'attempts', 0, 'max_attempts', job['max_attempts'] or 0,
+    'attempts', '0', 'max_attempts', job['max_attempts'] or 0,
     'queue_timeout', job['queue_timeout'] or 0, 'run_timeout', job['run_timeout'] or 0,
-    'create_time', NOW, 'update_time', NOW, 'progress', '0', 'stage', '',
-    'parent_id', parent_id, 'child_index', child_index, 'cancel_requested', 0,
+    'create_time', NOW_S, 'update_time', NOW_S, 'progress', '0', 'stage', '',
+    'parent_id', parent_id, 'child_index', child_index, 'cancel_requested', '0',
     'worker_id', '', 'error_code', '', 'error_message', '',
     'weight', item.spec['weight'] or 0}
   for name, value in pairs(job['fields'] or {}) do
@@ -100,7 +100,7 @@ local function submit_new_record(item, job, seq, kind, status, parent_id, child_
     record[#record + 1] = value
   end
   redis.call('HSET', key, unpack(record))
-  index_created(job['id'], job['model_index'], NOW)
+  index_created(job['id'], job['model_index'], NOW_S)
   if payload then
     redis.call('SET', payload_key(job['id']), payload)
   end
@@ -110,7 +110,7 @@ end
 
 -- What emit() would read of a record submit_new_record just wrote.
 local function new_event_fields(item, job, kind, parent_id)
-  return {parent_id, item.tenant, job['model'], item.spec['priority'], 0, '', '', kind, NOW}
+  return {parent_id, item.tenant, job['model'], item.spec['priority'], '0', '', '', kind, NOW_S}
 end
 
 -- Create the item's job (or group with its children) after submit_check
