@@ -69,8 +69,9 @@ class Engine(Protocol):
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
 
-    async def settled(self) -> None:
-        """Return once every change made so far is durable (StoreUnavailable if it cannot be)."""
+    async def settled(self, soon: bool = False) -> None:
+        """Return once every change made so far is durable (StoreUnavailable if it cannot be);
+        `soon`: with the next commit another call starts, or within a few milliseconds."""
         ...
 
     async def submit(self, request: SubmitRequest) -> SubmitResult: ...
@@ -340,13 +341,19 @@ class StoreFront(Store):
         results: Sequence[LeaseResult],
         max_jobs: int,
         pool: str = "",
+        settle: bool = True,
     ) -> ReportedAndClaimed:
         wanted = claim_classes(claim_models(models), pool) if max_jobs > 0 else []
         limit = claim_limit(max_jobs) if wanted else 0
         with self._reporting("report_and_claim"):
             reported = await self.engine.report_and_claim(worker_id, wanted, results, limit)
-            await self._settled_or_give_back(reported.claimed)
+            if settle or reported.claimed:
+                await self._settled_or_give_back(reported.claimed)
             return reported
+
+    async def settled(self, soon: bool = False) -> None:
+        with self._reporting("settled"):
+            await self.engine.settled(soon)
 
     # Operations --------------------------------------------------------------------
     async def recover(self) -> list[JobEvent]:

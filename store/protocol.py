@@ -221,6 +221,7 @@ class Store(Protocol):
         results: Sequence[model.LeaseResult],
         max_jobs: int,
         pool: str = "",
+        settle: bool = True,
     ) -> model.ReportedAndClaimed:
         """End each (job_id, lease_id, report) as record_result would, then claim.
 
@@ -228,7 +229,18 @@ class Store(Protocol):
         LeaseLost, JobCancelled or JobNotFound is answered in its ReportAnswer
         and spares the others; then up to max_jobs jobs (0: none) are claimed
         as claim() with no wait would. The daemon's fast path.
+
+        `settle=False`: when it claims nothing it returns before its results
+        are durable, and the caller awaits `settled()` before it answers (the
+        worker server long-polls first: the commit of the claim it waits for
+        carries the results too).
         """
+
+    async def settled(self, soon: bool = False) -> None:
+        """Return once every change made so far is durable (at once but on a durable
+        embedded store). `soon`: start no commit for it, ride the next one another
+        call starts (at the latest a few milliseconds later): for an answer only its
+        caller waits on."""
 
     async def cancel(
         self, tenant: str | None, job_id: str, reason: str = "", actor: str = ""

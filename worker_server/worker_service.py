@@ -112,11 +112,14 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             )
         results = [(r.job_id, r.lease_id, convert.result_report(r)) for r in request.results]
         # The results and the claim of what is queued now share one store step.
+        # Only a claim makes it commit at once; the results need their commit
+        # before this answer, not one of their own (settled(soon) below).
         reported = await self._store.report_and_claim(
-            request.worker_id, request.models, results, request.max_jobs, pool
+            request.worker_id, request.models, results, request.max_jobs, pool, settle=False
         )
         for result, answer in zip(request.results, reported.results, strict=True):
             response.results.add(job_id=answer.job_id, outcome=self._answered(result, answer))
+        unsettled = bool(request.results) and not reported.claimed
         claimed = self._hand_out(request.worker_id, reported.claimed, context)
         wait = _wait(request, context)
         waits = request.max_jobs > 0 and not request.heartbeats and wait
@@ -126,6 +129,12 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             claimed = await self._claim(
                 request.worker_id, request.models, pool, request.max_jobs, wait, context
             )
+            unsettled = unsettled and not claimed  # a claim's answer waited for its commit
+        if unsettled:
+            # Only this worker waits for these answers (a reader's answer waits for
+            # the commit itself): on a durable embedded store they ride the next
+            # commit, most often the Submit's that the next claim waits for.
+            await self._store.settled(soon=True)
         response.jobs.extend(convert.claimed_job(item) for item in claimed)
         return response
 

@@ -18,7 +18,10 @@ audit cap happen inside the commits.
 
 Lazy marks (`mark(key, lazy=True)`, for heartbeats) do not make `settled()`
 wait; they are committed with the next batch, at the latest `lazy_delay`
-seconds later.
+seconds later. A caller whose answer nobody else waits on (a worker's
+results) may `settled(soon=True)`: it waits for a commit as every caller
+does, but starts none; the next caller's commit carries its changes, or the
+flusher commits them `commit_delay` seconds later.
 
 Failure: a commit that fails (a full disk past the reserve, an I/O error)
 leaves the file at the previous batch while memory went further. Every call
@@ -60,6 +63,8 @@ S = TypeVar("S")  # what the owner builds from a Loaded (its state)
 #: cancels, their audit events and the WAL's growth between checkpoints).
 DEFAULT_RESERVE = 32 * 1024 * 1024
 LAZY_DELAY = 0.5
+#: How long `settled(soon=True)` lets an open batch wait for another caller's commit.
+COMMIT_DELAY = 0.01
 HOUSEKEEPING_EVERY = 1.0
 #: Passes of a busy event loop a commit waits for before it seals (its
 #: callers' answers wait for them too): one Submit at a time went from 2.3
@@ -132,6 +137,7 @@ class Journal(Generic[S]):
         companions: Companions = no_companions,
         reserve: int = DEFAULT_RESERVE,
         lazy_delay: float = LAZY_DELAY,
+        commit_delay: float = COMMIT_DELAY,
         housekeeping_every: float = HOUSEKEEPING_EVERY,
         checkpoint_every: float = 30.0,
         max_pages: int | None = None,
@@ -141,6 +147,7 @@ class Journal(Generic[S]):
         self.tables = tables
         self.reserve = reserve
         self.lazy_delay = lazy_delay
+        self.commit_delay = commit_delay
         self.housekeeping_every = housekeeping_every
         self.on_diverged: Callable[[], None] = lambda: None
         self._clock = clock
@@ -353,19 +360,26 @@ class Journal(Generic[S]):
         if self._failure is not None:
             raise self._failure
 
-    async def settled(self) -> None:
+    async def settled(self, soon: bool = False) -> None:
         """Return once every eager mark made so far is committed.
 
         At once when nothing is pending; else it waits for the open batch
         (which includes this caller's changes) or for the one being
         committed (whose changes this caller may have read).
+
+        `soon`: start no commit for it; the open batch goes with whatever
+        commits next (another caller's settle), at the latest `commit_delay`
+        seconds from now. For an answer that nobody else waits on.
         """
         self.check()
-        batch = self._open_batch if self._open_batch and self._open_batch.eager else None
-        batch = batch or self._inflight
+        open_batch = self._open_batch if self._open_batch and self._open_batch.eager else None
+        batch = open_batch or self._inflight
         if batch is None:
             return
-        self._kick.set()
+        if soon and batch is open_batch:
+            self._alarm_at(time.monotonic() + self.commit_delay)
+        else:
+            self._kick.set()
         await batch.wait()
 
     async def flush(self) -> None:

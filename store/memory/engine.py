@@ -107,10 +107,10 @@ class LocalEngine(Operators):
         if self._journal is not None:
             await self._journal.close()
 
-    async def settled(self) -> None:
+    async def settled(self, soon: bool = False) -> None:
         """Return once every change made so far is durable (at once in memory)."""
         if self._journal is not None:
-            await self._journal.settled()
+            await self._journal.settled(soon)
 
     # -- the journal (store/memory/durable.py) ----------------------------------
 

@@ -210,7 +210,7 @@ class RedisEngine:
     async def ping(self) -> None:
         await self.connection.ping(self.owner.keys)
 
-    async def settled(self) -> None:
+    async def settled(self, soon: bool = False) -> None:
         """Every script's effect is in Redis when it returns: nothing to wait for."""
 
     # Waiting ---------------------------------------------------------------------

@@ -234,8 +234,9 @@ class LateAnswerStore(LocalStore):
         results: Sequence[LeaseResult],
         max_jobs: int,
         pool: str = "",
+        settle: bool = True,
     ) -> ReportedAndClaimed:
-        step = await super().report_and_claim(worker_id, models, results, max_jobs, pool)
+        step = await super().report_and_claim(worker_id, models, results, max_jobs, pool, settle)
         return ReportedAndClaimed(step.results, await self._late(step.claimed))
 
     async def _late(self, claimed: list[ClaimedJob]) -> list[ClaimedJob]:

@@ -17,7 +17,7 @@ from store.journal import Journal
 from store.journal.writer import Work
 from store.memory import LocalStore
 from store.memory.state import State
-from store.model import JobStatus
+from store.model import JobStatus, ResultReport
 from tests.helpers import assert_eventually
 from tests.store.conftest import MODEL, TENANT, claim_one, complete, submit_one
 from tests.store.durable import count, journal_of, open_store, query
@@ -92,6 +92,44 @@ async def test_a_submit_and_the_waiting_claim_it_wakes_share_one_commit(
         ]
     finally:
         await store.close()
+
+
+async def test_a_report_and_claim_told_not_to_settle_leaves_its_results_to_the_next_answer(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    job = await submit_one(store)
+    claimed = await claim_one(store)
+    journal = journal_of(store)
+    before = journal.commits
+    report = ResultReport(JobStatus.COMPLETED, b"answer")
+
+    reported = await store.report_and_claim(
+        "w1", [MODEL], [(job.id, claimed.lease_id, report)], 1, settle=False
+    )
+
+    assert reported.claimed == []
+    assert journal.commits == before
+    assert query(tmp_path, "SELECT status FROM records WHERE id = ?", job.id) == [("processing",)]
+    await store.settled()
+    assert journal.commits - before == 1
+    assert query(tmp_path, "SELECT status FROM records WHERE id = ?", job.id) == [("completed",)]
+
+
+async def test_a_report_and_claim_that_claims_settles_though_told_not_to(
+    store: LocalStore, tmp_path: Path
+) -> None:
+    first, second = await submit_one(store), await submit_one(store)
+    claimed = await claim_one(store)
+    report = ResultReport(JobStatus.COMPLETED, b"answer")
+
+    reported = await store.report_and_claim(
+        "w1", [MODEL], [(first.id, claimed.lease_id, report)], 1, settle=False
+    )
+
+    assert [item.job.id for item in reported.claimed] == [second.id]
+    assert query(tmp_path, "SELECT status FROM records WHERE id = ?", second.id) == [
+        ("processing",)
+    ]
 
 
 @pytest.mark.parametrize(("sync", "level"), [("full", 2), ("normal", 1)])
