@@ -383,7 +383,7 @@ class Journal(Generic[S]):
         await batch.wait()
 
     async def flush(self) -> None:
-        """Commit everything marked so far, lazy marks included."""
+        """Commit everything marked so far, lazy marks and the meta values included."""
         self.check()
         self._meta_forced = True
         self._batch().eager = True
@@ -511,7 +511,7 @@ class Journal(Generic[S]):
                 if isinstance(value, Unloaded):
                     continue  # still on disk, unchanged
                 held = written[index].get(key)
-                if held is value or (not value and held is not None and not held):
+                if held is value or (not value and held == b""):
                     continue  # what the file holds already (a claim's payload, no result yet)
                 written[index][key] = value
                 if value:
