@@ -76,6 +76,7 @@ class _Call:
         self._method = method
         self._start = time.perf_counter()
         self.code = "OK"
+        self._counted = False
 
     def begin(self, request: Any) -> None:
         self._metrics.grpc_started.labels(*self._labels).inc()
@@ -95,10 +96,19 @@ class _Call:
             return
         status: status_pb2.Status = to_status(error, self._method)
         self.code = _CODE_NAMES.get(status.code, "UNKNOWN")
+        # counted before the status leaves, as an answer is counted before it is
+        # sent: whoever saw the answer finds it in the metrics
+        self._handled()
         await context.abort_with_status(rpc_status.to_status(status))
 
     def end(self) -> None:
         self._lifecycle.leave()
+        self._handled()
+
+    def _handled(self) -> None:
+        if self._counted:
+            return
+        self._counted = True
         self._metrics.grpc_handled.labels(*self._labels, self.code).inc()
         self._metrics.grpc_handling.labels(*self._labels).observe(time.perf_counter() - self._start)
 

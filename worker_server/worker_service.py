@@ -18,7 +18,14 @@ from serving.convert import job_to_proto, timestamp
 from serving.logs import job_fields
 from serving.shared import Serving
 from store.errors import JobCancelled, JobNotFound, LeaseLost, StoreError
-from store.model import ClaimedJob, Job, JobStatus, ReportAnswer, ResultRecorded
+from store.model import (
+    ClaimedJob,
+    Job,
+    JobStatus,
+    ReportAnswer,
+    ReportedAndClaimed,
+    ResultRecorded,
+)
 from worker_server import convert, validate
 from worker_server.registry import WorkerRegistry
 
@@ -117,8 +124,31 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
         reported = await self._store.report_and_claim(
             request.worker_id, request.models, results, request.max_jobs, pool, settle=False
         )
+        recorded: list[tuple[ResultRecorded, bool]] = []
         for result, answer in zip(request.results, reported.results, strict=True):
-            response.results.add(job_id=answer.job_id, outcome=self._answered(result, answer))
+            response.results.add(job_id=answer.job_id, outcome=_outcome(answer))
+            if answer.recorded is not None:
+                recorded.append((answer.recorded, result.retryable))
+        # Results are counted once their commit is in (below), not before it: a
+        # result whose commit failed is sent again, and applied again once the
+        # store has reloaded its file. A call cut short leaves them applied.
+        try:
+            claimed = await self._claim_after_report(request, reported, pool, context)
+        except asyncio.CancelledError:
+            self._count(recorded)
+            raise
+        self._count(recorded)
+        response.jobs.extend(convert.claimed_job(item) for item in claimed)
+        return response
+
+    async def _claim_after_report(
+        self,
+        request: pb.ReportAndClaimRequest,
+        reported: ReportedAndClaimed,
+        pool: str,
+        context: Context,
+    ) -> list[ClaimedJob]:
+        """What is queued now, else a long poll; returns once the results are committed."""
         unsettled = bool(request.results) and not reported.claimed
         claimed = self._hand_out(request.worker_id, reported.claimed, context)
         wait = _wait(request, context)
@@ -135,17 +165,11 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
             # the commit itself): on a durable embedded store they ride the next
             # commit, most often the Submit's that the next claim waits for.
             await self._store.settled(soon=True)
-        response.jobs.extend(convert.claimed_job(item) for item in claimed)
-        return response
+        return claimed
 
-    def _answered(
-        self, request: pb.SetResultRequest, answer: ReportAnswer
-    ) -> pb.ReportOutcome.ValueType:
-        if answer.recorded is None:
-            assert isinstance(answer.refused, Refused)
-            return _refusal(answer.refused)
-        self._recorded(answer.recorded, request.retryable)
-        return pb.REPORT_OUTCOME_APPLIED
+    def _count(self, recorded: Sequence[tuple[ResultRecorded, bool]]) -> None:
+        for item, retryable in recorded:
+            self._recorded(item, retryable)
 
     async def _claim(
         self,
@@ -216,6 +240,13 @@ class WorkerService(worker_service_pb2_grpc.WorkerServiceServicer):
 # A refused report is answered in its own outcome in ReportAndClaim, not as an
 # RPC error; store trouble still fails the whole call.
 Refused = (LeaseLost, JobCancelled, JobNotFound)
+
+
+def _outcome(answer: ReportAnswer) -> pb.ReportOutcome.ValueType:
+    if answer.recorded is None:
+        assert isinstance(answer.refused, Refused)
+        return _refusal(answer.refused)
+    return pb.REPORT_OUTCOME_APPLIED
 
 
 def _refusal(refused: LeaseLost | JobCancelled | JobNotFound) -> pb.ReportOutcome.ValueType:

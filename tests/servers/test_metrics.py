@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import urllib.request
 from datetime import timedelta
@@ -11,8 +12,12 @@ import grpc
 
 from jobgate.cli._servers import process as server_process
 from jobgate.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc, worker_service_pb2
+from serving.interceptor import ServingInterceptor
+from serving.lifecycle import Lifecycle
+from serving.metrics import Metrics
 from serving.recovery import Recovery
 from serving.settings import Address, ServerSettings
+from serving.violations import FieldViolation, ValidationError
 from tests.helpers import assert_eventually
 from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, fails
@@ -144,3 +149,27 @@ async def test_a_group_ended_by_recovery_counts_its_child_not_its_parent(
     labels = {"model": "g", "priority": "batch", "status": "failed"}
     assert await harness.value("jobgate_jobs_finished_total", labels) == 1
     assert await harness.value("jobgate_leases_expired_total", {"model": "g"}) == 1
+
+
+async def test_a_refused_call_is_counted_before_its_status_leaves() -> None:
+    metrics = Metrics()
+    interceptor = ServingInterceptor(Lifecycle(), metrics)
+    labels = {"grpc_type": "unary", "grpc_service": "jobgate.v1.JobService"}
+    labels |= {"grpc_method": "Submit", "grpc_code": "INVALID_ARGUMENT"}
+    counted_when_sent: list[float | None] = []
+
+    class Context:  # what the interceptor uses of a grpc.aio context
+        async def abort_with_status(self, status: grpc.Status) -> None:
+            value = metrics.registry.get_sample_value("grpc_server_handled_total", labels)
+            counted_when_sent.append(value)
+            raise grpc.aio.AbortError()
+
+    async def refuse(request: object, context: object) -> None:
+        raise ValidationError([FieldViolation("job.model", "is not a model name")])
+
+    unary = interceptor._wrap_unary("/jobgate.v1.JobService/Submit", refuse)
+    with contextlib.suppress(grpc.aio.AbortError):
+        await unary(object(), Context())
+
+    assert counted_when_sent == [1.0]
+    assert metrics.registry.get_sample_value("grpc_server_handled_total", labels) == 1.0

@@ -5,11 +5,16 @@ still leaves only once they are committed."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import grpc
+import pytest
+
 from jobgate.v1 import worker_service_pb2
 from store import StoreSettings
+from store.journal.writer import Work
 from store.memory import LocalStore
 from store.model import JobStatus
 from tests.helpers import assert_eventually
@@ -126,3 +131,65 @@ async def test_a_report_alone_rides_the_next_commit_another_call_starts(
     assert journal.commits - before == 1  # the Submit's
     assert status_in_file(tmp_path, first.id) == "completed"
     assert status_in_file(tmp_path, second.id) == "queued"
+
+
+def fail_the_next_commit(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = journal_of(store).writer
+    real: Callable[[Work], int] = writer.commit
+    failed: list[Work] = []
+
+    def commit(work: Work) -> int:
+        if not failed:
+            failed.append(work)
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(work)
+
+    monkeypatch.setattr(writer, "commit", commit)
+
+
+async def test_a_result_whose_commit_failed_is_counted_once_when_the_worker_sends_it_again(
+    make_harness: MakeHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness, store = await durable_harness(make_harness, tmp_path)
+    await harness.submit()
+    [claimed] = await harness.claim()
+    fail_the_next_commit(store, monkeypatch)
+    report = report_and_wait(harness, claimed, wait=0, max_jobs=0)
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await report()
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+
+    async def applied_again() -> bool:  # once memory is rebuilt from the file
+        try:
+            response = await report()
+        except grpc.aio.AioRpcError:
+            return False
+        return [answer.outcome for answer in response.results] == [pb.REPORT_OUTCOME_APPLIED]
+
+    await assert_eventually(applied_again, message="the resent result was never applied")
+    labels = {"model": "m", "priority": "batch", "status": "completed"}
+    assert await harness.value("jobgate_jobs_finished_total", labels) == 1
+
+
+async def test_a_result_whose_long_poll_the_worker_cuts_short_is_still_counted(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    harness, store = await durable_harness(make_harness, tmp_path)
+    await harness.submit()
+    [claimed] = await harness.claim()
+    call = asyncio.ensure_future(report_and_wait(harness, claimed, wait=30)())
+    await claim_is_waiting(store, "m")
+
+    call.cancel()  # the worker stops: its result stays applied and is committed
+    labels = {"model": "m", "priority": "batch", "status": "completed"}
+
+    async def counted() -> bool:
+        return await harness.value("jobgate_jobs_finished_total", labels) == 1
+
+    await assert_eventually(counted, message="the result was never counted")
+
+    async def committed() -> bool:
+        return status_in_file(tmp_path, claimed.job.id) == "completed"
+
+    await assert_eventually(committed, message="the result was never committed")
