@@ -317,12 +317,17 @@ class Connection:
             return await self.scripts.run(client or self.rpc, script, keys, args)
 
     async def run_pipelined(
-        self, operation: str, script: str, calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]]
+        self,
+        operation: str,
+        script: str,
+        calls: Sequence[tuple[Sequence[str], Sequence[ArgValue]]],
+        client: StoreClient | None = None,
     ) -> list[Any]:
-        """A read-only script once per (keys, args), in one pipeline; keys may span partitions."""
+        """A read-only script once per (keys, args), in one pipeline; keys may span partitions.
+        `client` is the RPC pool unless given."""
         self.check_open()
         with translated(operation):
-            return await self.scripts.run_pipelined(self.rpc, script, calls)
+            return await self.scripts.run_pipelined(client or self.rpc, script, calls)
 
     async def read_pipelined(
         self, operation: str, commands: Sequence[Sequence[ArgValue]]

@@ -49,6 +49,7 @@ from store.errors import (
 )
 from store.keys import Keys, partition_tags
 from store.policy import class_parts, position_settle
+from store.redis import recovery
 from store.redis.connection import Connection, text, translated
 from store.redis.events import MergedEvents
 from store.redis.fleet import RedisFleet
@@ -59,7 +60,6 @@ from store.redis.notify import Listener
 from store.redis.occupancy import Occupancy
 from store.redis.others import OtherPartitions, View, position_elsewhere
 from store.redis.partition import Partition
-from store.redis.recovery import recover
 from store.redis.scripts import ArgValue
 
 T = TypeVar("T")
@@ -555,9 +555,12 @@ class RedisEngine:
     # Recovery ------------------------------------------------------------------
     async def recover(self) -> list[model.JobEvent]:
         events: list[model.JobEvent] = []
+        due = await recovery.due(self.connection, self.parts)
         for index, part in enumerate(self.parts):
+            if not due[index].anything:
+                continue
             # one after another: recovery's own pool has two connections
-            found = await recover(part)
+            found = await recovery.recover(part, due[index])
             if found:
                 self._occupancy.maybe(index)
             events += found

@@ -23,8 +23,10 @@ from redis.asyncio import Redis
 from store import InvalidRequest, QuotaExceeded, StoreSettings, StoreUnavailable, open_store
 from store.keys import MAX_PARTITIONS, partition_tags
 from store.model import GroupSpec, JobSpec, JobStatus, Priority, ResultReport, SubmitRequest
-from store.redis import RedisStore
+from store.redis import RedisStore, recovery
 from store.redis.ids import PartitionIds, partition_of
+from store.redis.listing import PartitionLister
+from store.redis.partition import Partition
 from tests.helpers import assert_eventually
 from tests.redis_server import RedisServer
 from tests.store.conftest import claim_is_waiting
@@ -548,3 +550,54 @@ async def test_a_claim_whose_caller_is_gone_gives_back_every_partitions_leases(
         return await _all_queued_again(store, ids)
 
     await assert_eventually(given_back, message="the leases were not given back")
+
+
+# -- recovery ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def recovery_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The recovery scripts and ListJobs drains recover() runs, in order."""
+    calls: list[str] = []
+    run_script = recovery._recover_all
+
+    async def script(part: Partition, name: str, extra: Any) -> Any:
+        calls.append(name)
+        return await run_script(part, name, extra)
+
+    drain = PartitionLister.drain
+
+    async def drained(lister: PartitionLister, client: Any) -> int:
+        calls.append("drain")
+        return await drain(lister, client)
+
+    monkeypatch.setattr(recovery, "_recover_all", script)
+    monkeypatch.setattr(PartitionLister, "drain", drained)
+    return calls
+
+
+async def test_a_recovery_step_with_nothing_due_runs_no_recovery_script(
+    make: Factory, recovery_calls: list[str]
+) -> None:
+    store = await make(12)
+    for _ in range(24):
+        await store.submit(single())
+
+    assert await store.recover() == []
+    assert recovery_calls == []
+
+
+async def test_a_recovery_step_runs_the_script_of_what_is_due_where_it_is_due(
+    make: Factory, recovery_calls: list[str]
+) -> None:
+    store = await make(12, lease_timeout=timedelta(milliseconds=1))
+    job = (await store.submit(single())).job
+    [claimed] = await store.claim("w1", [MODEL])
+
+    async def requeued() -> bool:
+        await store.recover()
+        return (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+
+    await assert_eventually(requeued, message="the expired lease was never recovered")
+    assert claimed.job.id == job.id
+    assert set(recovery_calls) == {"recover_leases"}
