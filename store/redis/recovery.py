@@ -9,7 +9,8 @@ First one pipeline asks every partition which of its indexes hold
 something due (recover_due.lua, by the store's clock), and only those
 scripts run: a step a few times a second with nothing due cost four
 transition scripts and a read per partition (12 partitions: 48 scripts a
-step, about a tenth of the leader's CPU per job one Submit at a time).
+step, over half of what the leading gateway's CPU a job grew from 1 to 12
+partitions, one Submit at a time: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def _due_keys(keys: Keys) -> list[str]:
 
 
 def _due(reply: Sequence[Any]) -> Due:
-    flags = [bool(int(flag)) for flag in reply]
-    return Due(tuple(name for name, flag in zip(SCRIPTS, flags, strict=False) if flag), flags[4])
+    *scripts, expiring = [bool(int(flag)) for flag in reply]
+    return Due(tuple(name for name, flag in zip(SCRIPTS, scripts, strict=True) if flag), expiring)
 
 
 async def recover(part: Partition, due: Due) -> list[JobEvent]:
