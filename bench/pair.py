@@ -12,6 +12,14 @@ medians and the median of the pairs' ratios.
     git worktree add --detach ../base fb35174 && make -C ../base venv
     python -m bench.pair --base-dir ../base --reps 5 --out bench/RESULTS-pair.md
 
+On a host whose speed moves between runs, one sitting of five pairs may put
+a row either side of the bound. `--pool FILE` reads back every table this
+command wrote into a results file (the sittings headed `# Sitting N`, from
+`--since` on) and gives each row the median of all its pairs across them:
+the same pairing (both trees back to back), more pairs.
+
+    python -m bench.pair --pool bench/RESULTS-ab-issue20.md --since 5
+
 Each block runs in its tree's own venv with that tree on PYTHONPATH, as a
 script of bench APIs both trees have (BLOCK), so the base needs nothing of
 this module.
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -154,6 +163,51 @@ def _runs(rates: list[float]) -> str:
     return ", ".join(f"{rate:.0f}" for rate in rates) + f"; **{statistics.median(rates):.0f}**"
 
 
+#: A row of a table `report` wrote: the row's name, then each tree's runs in
+#: repetition order ("503, 365; **434**").
+_TABLE_ROW = re.compile(r"^\| ([^|]+ / \d+ / [^|]+) \| ([\d, ]+); \*\*\d+\*\* \| ([\d, ]+); ")
+_SITTING = re.compile(r"^# Sitting (\d+)", re.MULTILINE)
+
+
+def pooled_pairs(text: str, since: int = 0) -> dict[str, list[float]]:
+    """Every row's head/base pairs from the tables of `text`'s sittings numbered
+    `since` or later (a table before the first `# Sitting` heading counts as 0)."""
+    pairs: dict[str, list[float]] = {}
+    headings = [
+        (0, 0),
+        *((match.start(), int(match.group(1))) for match in _SITTING.finditer(text)),
+    ]
+    for index, (start, number) in enumerate(headings):
+        end = headings[index + 1][0] if index + 1 < len(headings) else len(text)
+        if number < since:
+            continue
+        for line in text[start:end].splitlines():
+            match = _TABLE_ROW.match(line)
+            if match is None:
+                continue
+            base, head = ([float(rate) for rate in runs.split(",")] for runs in match.group(2, 3))
+            pairs.setdefault(match.group(1).strip(), []).extend(
+                h / b for b, h in zip(base, head, strict=True) if b
+            )
+    return pairs
+
+
+def pooled_report(pairs: dict[str, list[float]], bound: float) -> list[str]:
+    """Markdown: each row's pairs, their median and how many are within the bound."""
+    cells = []
+    within = 0
+    for row, ratios_of_row in pairs.items():
+        median = statistics.median(ratios_of_row)
+        within += median >= 1 - bound
+        inside = sum(ratio >= 1 - bound for ratio in ratios_of_row)
+        cells.append([row, str(len(ratios_of_row)), f"{median:.2f}",
+                      f"{inside} of {len(ratios_of_row)}"])  # fmt: skip
+    header = ["jobs/s: row", "pairs", "head/base, median of all pairs",
+              f"pairs within {bound:.0%}"]  # fmt: skip
+    return [*table(header, cells), "",
+            f"{within} of {len(cells)} rows within by the median of all pairs."]  # fmt: skip
+
+
 def _load() -> str:
     return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -166,9 +220,9 @@ def _revision(directory: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--base-dir", type=Path, required=True, help="the other checkout, with .venv"
-    )
+    parser.add_argument("--base-dir", type=Path, help="the other checkout, with .venv")
+    parser.add_argument("--pool", type=Path, help="a results file: pool its sittings' pairs")
+    parser.add_argument("--since", type=int, default=0, help="with --pool: from sitting N on")
     parser.add_argument("--head-dir", type=Path, default=Path.cwd(), help="default: this one")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--block", action="append", default=None,
@@ -177,6 +231,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     parser.add_argument("--jsonl", type=Path, default=None, help="each block's figures, raw")
     args = parser.parse_args()
+    if args.pool:
+        pairs = pooled_pairs(args.pool.read_text(), args.since)
+        print("\n".join(pooled_report(pairs, args.bound)))
+        return
+    if args.base_dir is None:
+        parser.error("--base-dir is required (or --pool)")
     trees = {"base": args.base_dir.resolve(), "head": args.head_dir.resolve()}
     labels = {name: _revision(directory) for name, directory in trees.items()}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

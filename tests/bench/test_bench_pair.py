@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.pair import BlockRun, cpu_ratio, ratios, report
+from bench.pair import BlockRun, cpu_ratio, pooled_pairs, pooled_report, ratios, report
 
 BLOCK = ("redis", 8)
 ROW = "BatchSubmit of 100"
@@ -38,3 +38,33 @@ def test_cpu_ratio_compares_the_median_cpu_a_job() -> None:
     runs = _runs([100, 100, 100], [50, 50, 50])  # head uses twice the CPU a job
 
     assert cpu_ratio(runs, BLOCK, ROW) == 2.0
+
+
+_RESULTS = """\
+| jobs/s: row | base a (runs; median) | head b (runs; median) | ... |
+| --- | --- | --- | --- |
+| redis / 8 / drain | 100, 200; **150** | 50, 50; **50** | 0.33 |
+
+# Sitting 2: the first one pooled
+
+| redis / 8 / drain | 100, 200, 400; **200** | 90, 220, 360; **220** | 1.10 |
+| embedded / 1 / drain | 100; **100** | 120; **120** | 1.20 |
+
+# Sitting 3
+
+| redis / 8 / drain | 100, 100; **100** | 80, 95; **88** | 0.88 |
+"""
+
+
+def test_pooled_pairs_gather_each_rows_pairs_from_the_sittings_asked_for() -> None:
+    pairs = pooled_pairs(_RESULTS, since=2)
+
+    assert pairs == {"redis / 8 / drain": [0.9, 1.1, 0.9, 0.8, 0.95],
+                     "embedded / 1 / drain": [1.2]}  # fmt: skip
+
+
+def test_pooled_report_judges_a_row_by_the_median_of_all_its_pairs() -> None:
+    lines = pooled_report({"redis / 8 / drain": [0.9, 1.1, 0.9, 0.8, 0.95]}, 0.10)
+
+    assert lines[2] == "| redis / 8 / drain | 5 | 0.90 | 4 of 5 |"
+    assert lines[-1] == "1 of 1 rows within by the median of all pairs."
