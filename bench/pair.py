@@ -173,16 +173,12 @@ def pooled_pairs(text: str, since: int = 0) -> dict[str, list[float]]:
     """Every row's head/base pairs from the tables of `text`'s sittings numbered
     `since` or later (a table before the first `# Sitting` heading counts as 0)."""
     pairs: dict[str, list[float]] = {}
-    headings = [
-        (0, 0),
-        *((match.start(), int(match.group(1))) for match in _SITTING.finditer(text)),
-    ]
-    for index, (start, number) in enumerate(headings):
-        end = headings[index + 1][0] if index + 1 < len(headings) else len(text)
+    first, *rest = _SITTING.split(text)  # text, then (number, its text) per sitting
+    sittings = [(0, first), *zip(map(int, rest[::2]), rest[1::2], strict=True)]
+    for number, body in sittings:
         if number < since:
             continue
-        for line in text[start:end].splitlines():
-            match = _TABLE_ROW.match(line)
+        for match in map(_TABLE_ROW.match, body.splitlines()):
             if match is None:
                 continue
             base, head = ([float(rate) for rate in runs.split(",")] for runs in match.group(2, 3))
