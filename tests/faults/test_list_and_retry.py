@@ -237,6 +237,9 @@ async def test_retry_raced_with_claims_cancels_expiry_and_recovery(
     apis = [api_of(rig, channel, f"racer-{i}") for i in range(3)]
     evidence = Evidence()
     jobs = [(await apis[0].submit(rig.model)).id for _ in range(scale(20, 200))]
+    # SUCCEEDED is final: a completed job is swapped for a new one, so the
+    # meddler never runs out of jobs it may retry (all 20 done = no more races)
+    submitted = list(jobs)
     stop = asyncio.Event()
     counts = {"retried": 0, "refused": 0, "lost": 0, "completed": 0}
 
@@ -259,6 +262,7 @@ async def test_retry_raced_with_claims_cancels_expiry_and_recovery(
                         elif chooser.random() < 0.3:
                             await api.complete(lease.job_id, lease.lease_id)
                             counts["completed"] += 1
+                            await replace(lease.job_id, api)
                         else:
                             await api.fail(lease.job_id, lease.lease_id)
                     except grpc.aio.AioRpcError as error:
@@ -267,6 +271,11 @@ async def test_retry_raced_with_claims_cancels_expiry_and_recovery(
                         counts["lost"] += 1
                         break
                     evidence.accepted.append((lease, sent, call))
+
+    async def replace(job_id: str, api: Api) -> None:
+        fresh = (await api.submit(rig.model)).id
+        submitted.append(fresh)
+        jobs[jobs.index(job_id)] = fresh
 
     async def meddle() -> None:
         chooser = random.Random()
@@ -297,6 +306,6 @@ async def test_retry_raced_with_claims_cancels_expiry_and_recovery(
     assert raced, counts
     assert evidence.violations() == []
     assert counts["retried"] > 0
-    finals = [await rig.get(TENANT, job_id) for job_id in jobs]
+    finals = [await rig.get(TENANT, job_id) for job_id in submitted]
     assert all(final is not None for final in finals)
-    figures(Figures("RetryJob vs claims, cancels, expiry", len(jobs), notes=counts))
+    figures(Figures("RetryJob vs claims, cancels, expiry", len(submitted), notes=counts))
