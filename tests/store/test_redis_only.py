@@ -28,6 +28,7 @@ from store import (
 )
 from store.model import GroupSpec, Job, JobSpec, JobStatus, SubmitRequest
 from store.redis import RedisStore
+from store.redis import connection as redis_connection
 from store.redis.connection import POOL_CONNECTIONS
 from store.redis.scripts import Script
 from tests.helpers import assert_eventually
@@ -473,8 +474,12 @@ async def test_leadership_recovery_and_ping_answer_while_the_rpc_pool_is_exhaust
 
 
 async def test_streams_and_long_polls_woken_together_never_exhaust_the_pool(
-    make_store: StoreFactory, server: RedisServer
+    make_store: StoreFactory, server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # about the pool's size, not failure detection: 100 claims opening their
+    # connections at once took longer than the 0.5 s connect timeout on a
+    # loaded CI machine, and a claim failed UNAVAILABLE instead of waiting
+    monkeypatch.setattr(redis_connection, "CONNECT_TIMEOUT", 30.0)
     store = await make_store()
     other = await make_store()
     jobs = [(await store.submit(request())).job for _ in range(300)]
@@ -487,7 +492,7 @@ async def test_streams_and_long_polls_woken_together_never_exhaust_the_pool(
     async def all_waiting() -> bool:
         return store.waiting_claims("idle") == 100
 
-    await assert_eventually(all_waiting)
+    await assert_eventually(all_waiting, timeout=30)
     await other.claim("w", [MODEL])  # the queue moves: every watch re-reads at once
     await other.submit(SubmitRequest(tenant=TENANT, work=JobSpec(model="idle")))
     moved = await asyncio.gather(*(anext(watch) for watch in watches))
