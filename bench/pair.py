@@ -20,6 +20,13 @@ the same pairing (both trees back to back), more pairs.
 
     python -m bench.pair --pool bench/RESULTS-ab-issue20.md --since 5
 
+A long sitting: `--jsonl FILE` appends each block's figures as it ends,
+`--minutes M` starts no repetition that the last one's length says would
+end past M minutes, and `--from-jsonl FILE` reports the whole repetitions
+of such a file (one cut short too) without running anything.
+
+    python -m bench.pair --base-dir ../base --reps 20 --minutes 120 --jsonl /tmp/s.jsonl
+
 Each block runs in its tree's own venv with that tree on PYTHONPATH, as a
 script of bench APIs both trees have (BLOCK), so the base needs nothing of
 this module.
@@ -35,7 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,20 +103,53 @@ def run_block(directory: Path, block: tuple[str, int]) -> dict[str, tuple[float,
 
 
 def sitting(
-    trees: dict[str, Path], reps: int, blocks: Sequence[tuple[str, int]] = BLOCKS
+    trees: dict[str, Path],
+    reps: int,
+    blocks: Sequence[tuple[str, int]] = BLOCKS,
+    record: Callable[[BlockRun], None] = lambda run: None,
+    minutes: float | None = None,
 ) -> list[BlockRun]:
     """`reps` repetitions; in each, every block by both trees back to back, the
-    order alternating between repetitions."""
+    order alternating between repetitions. `record` sees each block run as it
+    ends (a sitting cut short keeps what it ran). With `minutes`, no repetition
+    starts that the last one's length says would end past that many minutes."""
     runs = []
+    started = time.monotonic()
     for rep in range(1, reps + 1):
+        rep_started = time.monotonic()
         for block in blocks:
             order = ["base", "head"] if rep % 2 else ["head", "base"]
             for tree in order:
-                started = time.monotonic()
-                runs.append(BlockRun(rep, tree, block, run_block(trees[tree], block)))
-                print(f"rep {rep} {block} {tree}: {time.monotonic() - started:.0f} s",
+                block_started = time.monotonic()
+                run = BlockRun(rep, tree, block, run_block(trees[tree], block))
+                runs.append(run)
+                record(run)
+                print(f"rep {rep} {block} {tree}: {time.monotonic() - block_started:.0f} s",
                       file=sys.stderr)  # fmt: skip
+        last = time.monotonic() - rep_started
+        if minutes is not None and time.monotonic() + last - started > minutes * 60:
+            print(f"stopping after {rep} repetitions: another would pass {minutes:g} min",
+                  file=sys.stderr)  # fmt: skip
+            break
     return runs
+
+
+def read_jsonl(text: str) -> list[BlockRun]:
+    """The block runs `--jsonl` wrote, only of the repetitions whose every block both
+    trees ran (a sitting cut inside a repetition would unbalance the medians)."""
+    runs = []
+    for line in text.splitlines():
+        if line.strip():
+            item = json.loads(line)
+            rows = {name: (float(rate), cpu) for name, (rate, cpu) in item["rows"].items()}
+            block = (str(item["block"][0]), int(item["block"][1]))
+            runs.append(BlockRun(int(item["rep"]), str(item["tree"]), block, rows))
+    blocks = {run.block for run in runs}
+    ran: dict[int, set[tuple[str, tuple[str, int]]]] = {}
+    for run in runs:
+        ran.setdefault(run.rep, set()).add((run.tree, run.block))
+    whole = {rep for rep, done in ran.items() if len(done) == 2 * len(blocks)}
+    return [run for run in runs if run.rep in whole]
 
 
 def ratios(
@@ -225,7 +265,12 @@ def main() -> None:
                         help="TOPOLOGY:CONCURRENCY (embedded:1 ...), default all four")  # fmt: skip
     parser.add_argument("--bound", type=float, default=0.10, help="a row within 1 - bound")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
-    parser.add_argument("--jsonl", type=Path, default=None, help="each block's figures, raw")
+    parser.add_argument("--jsonl", type=Path, default=None,
+                        help="append each block's figures here, raw, as it ends")  # fmt: skip
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no repetition that would end past this")  # fmt: skip
+    parser.add_argument("--from-jsonl", type=Path, default=None,
+                        help="report a --jsonl file's whole repetitions; run nothing")  # fmt: skip
     args = parser.parse_args()
     if args.pool:
         pairs = pooled_pairs(args.pool.read_text(), args.since)
@@ -240,13 +285,12 @@ def main() -> None:
     if args.block:
         blocks = tuple((name, int(concurrency)) for name, concurrency in
                        (block.split(":") for block in args.block))  # fmt: skip
-    runs = sitting(trees, args.reps, blocks)
-    if args.jsonl:
-        with args.jsonl.open("a") as out:
-            for run in runs:
-                out.write(json.dumps({"rep": run.rep, "tree": run.tree, "block": run.block,
-                                      "rows": run.rows}) + "\n")  # fmt: skip
-    lines = [f"Paired A/B, {args.reps} repetitions, started {started}; "
+    if args.from_jsonl:
+        runs = read_jsonl(args.from_jsonl.read_text())
+    else:
+        runs = sitting(trees, args.reps, blocks, _appender(args.jsonl), args.minutes)
+    reps = len({run.rep for run in runs})
+    lines = [f"Paired A/B, {reps} repetitions, started {started}; "
              f"base {labels['base']}, head {labels['head']}.", "",
              *report(runs, args.bound, labels), "",
              f"Command: `python -m bench.pair {' '.join(sys.argv[1:])}`; "
@@ -255,6 +299,16 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
+
+
+def _appender(path: Path | None) -> Callable[[BlockRun], None]:
+    def append(run: BlockRun) -> None:
+        if path is not None:
+            with path.open("a") as out:
+                out.write(json.dumps({"rep": run.rep, "tree": run.tree, "block": run.block,
+                                      "rows": run.rows}) + "\n")  # fmt: skip
+
+    return append
 
 
 if __name__ == "__main__":

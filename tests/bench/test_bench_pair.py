@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from bench.pair import BlockRun, cpu_ratio, pooled_pairs, pooled_report, ratios, report
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import pair
+from bench.pair import (
+    BlockRun,
+    cpu_ratio,
+    pooled_pairs,
+    pooled_report,
+    ratios,
+    read_jsonl,
+    report,
+    sitting,
+)
 
 BLOCK = ("redis", 8)
 ROW = "BatchSubmit of 100"
@@ -68,3 +85,44 @@ def test_pooled_report_judges_a_row_by_the_median_of_all_its_pairs() -> None:
 
     assert lines[2] == "| redis / 8 / drain | 5 | 0.90 | 4 of 5 |"
     assert lines[-1] == "1 of 1 rows within by the median of all pairs."
+
+
+def _line(rep: int, tree: str, block: tuple[str, int]) -> str:
+    return json.dumps({"rep": rep, "tree": tree, "block": block, "rows": {ROW: [100.0, {}]}})
+
+
+def test_read_jsonl_keeps_only_repetitions_both_trees_ran_whole() -> None:
+    other = ("embedded", 1)
+    lines = [_line(1, tree, block) for block in (BLOCK, other) for tree in ("base", "head")]
+    lines += [_line(2, "head", BLOCK), _line(2, "base", BLOCK)]  # cut before `other`
+
+    runs = read_jsonl("\n".join(lines) + "\n")
+
+    assert {run.rep for run in runs} == {1}
+    assert len(runs) == 4 and runs[0].block == BLOCK and runs[0].rows[ROW] == (100.0, {})
+
+
+def test_sitting_records_each_block_as_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pair, "run_block", lambda directory, block: {ROW: (1.0, {})})
+    seen: list[BlockRun] = []
+
+    runs = sitting({"base": Path("a"), "head": Path("b")}, 2, [BLOCK], seen.append)
+
+    assert seen == runs
+    assert [(run.rep, run.tree) for run in seen] == [(1, "base"), (1, "head"),
+                                                     (2, "head"), (2, "base")]  # fmt: skip
+
+
+def test_sitting_starts_no_repetition_past_its_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+
+    def run_block(directory: Path, block: tuple[str, int]) -> dict[str, Any]:
+        now[0] += 60.0  # a block run takes a minute: a repetition two
+        return {ROW: (1.0, {})}
+
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(pair, "run_block", run_block)
+
+    runs = sitting({"base": Path("a"), "head": Path("b")}, 10, [BLOCK], minutes=7)
+
+    assert {run.rep for run in runs} == {1, 2, 3}  # a fourth would end at 8 minutes
