@@ -280,7 +280,7 @@ def main() -> None:
         parser.error("--base-dir is required (or --pool)")
     trees = {"base": args.base_dir.resolve(), "head": args.head_dir.resolve()}
     labels = {name: _revision(directory) for name, directory in trees.items()}
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    when = f"started {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     blocks = BLOCKS
     if args.block:
         blocks = tuple((name, int(concurrency)) for name, concurrency in
@@ -290,7 +290,9 @@ def main() -> None:
     else:
         runs = sitting(trees, args.reps, blocks, _appender(args.jsonl), args.minutes)
     reps = len({run.rep for run in runs})
-    lines = [f"Paired A/B, {reps} repetitions, started {started}; "
+    if args.from_jsonl:
+        when = f"read from {args.from_jsonl}"
+    lines = [f"Paired A/B, {reps} repetitions, {when}; "
              f"base {labels['base']}, head {labels['head']}.", "",
              *report(runs, args.bound, labels), "",
              f"Command: `python -m bench.pair {' '.join(sys.argv[1:])}`; "
