@@ -287,11 +287,10 @@ def main() -> None:
                        (block.split(":") for block in args.block))  # fmt: skip
     if args.from_jsonl:
         runs = read_jsonl(args.from_jsonl.read_text())
+        when = f"read from {args.from_jsonl}"
     else:
         runs = sitting(trees, args.reps, blocks, _appender(args.jsonl), args.minutes)
     reps = len({run.rep for run in runs})
-    if args.from_jsonl:
-        when = f"read from {args.from_jsonl}"
     lines = [f"Paired A/B, {reps} repetitions, {when}; "
              f"base {labels['base']}, head {labels['head']}.", "",
              *report(runs, args.bound, labels), "",
