@@ -8,7 +8,9 @@ seals what was marked since the last commit into a batch (rows encoded on
 the loop, between transitions, so a batch is a consistent cut) and hands it
 to the writer thread (store/journal/writer.py) as ONE transaction; whatever
 is marked while that commit runs waits for the next one. Concurrent calls
-therefore share a commit, and its fsync under `full`.
+therefore share a commit, and its fsync under `full`. Under `normal` the
+commit is one write of the batch to the commit log (store/journal/log.py),
+and the logged batches reach SQLite together, every APPLY_EVERY (`_apply`).
 
 What is written: each marked record as a whole row (its dataclass's fields
 through the codec), so a new field or a new transition needs no persistence
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import sqlite3
 import threading
@@ -55,7 +58,15 @@ from store.journal.codec import Unloaded
 from store.journal.errors import DataDirRefused
 from store.journal.lock import DirLock
 from store.journal.schema import Tables
-from store.journal.writer import Companions, LazyBlobs, Loaded, Work, Writer, no_companions
+from store.journal.writer import (
+    Companions,
+    LazyBlobs,
+    Loaded,
+    Work,
+    Writer,
+    estimate_bytes,
+    no_companions,
+)
 
 S = TypeVar("S")  # what the owner builds from a Loaded (its state)
 
@@ -154,7 +165,8 @@ class Journal(Generic[S]):
         self._lazy_blobs = frozenset(lazy_blobs)
         self._companions = companions
         #: the writing connection's owner; every call to it runs on the journal's thread
-        #: (inline, by default under `normal`: commits on the loop, checkpoints on the thread)
+        #: (inline, by default under `normal`: commits to the log and applies on the loop,
+        #: checkpoints on the thread)
         inline = sync == "normal" if inline is None else inline
         self.writer = Writer(
             directory, tables, sync, events_cap, checkpoint_every, max_pages, inline
@@ -185,7 +197,11 @@ class Journal(Generic[S]):
         self._closing = False
         self._failure: StoreUnavailable | None = None
         self._room = 0
-        self._pending_bytes = 0
+        #: disk bytes reserved by check_room so far, and the part the file holds
+        #: (committed to SQLite); the difference is what the room does not show yet
+        self._reserved = 0
+        self._reserved_applied = 0
+        self._apply_forced = False  # flush(): the next commit applies the log too
         self._collector_paused = False
 
     @property
@@ -292,8 +308,14 @@ class Journal(Generic[S]):
         self._forget_blobs()
 
     async def reload(self, build: Callable[[Loaded], S]) -> S:
-        """After a failed commit: the owner's state built again from the whole file."""
-        state: S = await self._run(lambda: self._built(build, everything=True))
+        """After a failed commit: the owner's state built again from the whole file
+        (with what the commit log holds: those commits were acknowledged)."""
+
+        def rebuilt() -> S:
+            self.writer.apply_all()
+            return self._built(build, everything=True)
+
+        state: S = await self._run(rebuilt)
         return state
 
     def resume(self) -> None:
@@ -386,14 +408,16 @@ class Journal(Generic[S]):
         """Commit everything marked so far, lazy marks and the meta values included."""
         self.check()
         self._meta_forced = True
+        self._apply_forced = True
         self._batch().eager = True
         await self.settled()
 
     def check_room(self, nbytes: int) -> None:
-        """QueueFull if about `nbytes` more (not committed yet) would eat into the reserve."""
-        if self._room - self._pending_bytes - nbytes < self.reserve:
+        """QueueFull if about `nbytes` more (not in the file yet) would eat into the reserve."""
+        pending = self._reserved - self._reserved_applied
+        if self._room - pending - nbytes < self.reserve:
             raise QueueFull("the data directory's disk is full")
-        self._pending_bytes += nbytes
+        self._reserved += nbytes
 
     def blob(self, record: Any, name: str) -> bytes:
         """`record`'s blob field `name`, read from the file (once) if the load left it there."""
@@ -427,10 +451,15 @@ class Journal(Generic[S]):
             now = time.monotonic()
             eager = self._open_batch is not None and self._open_batch.eager
             lazy_due = self._lazy_due is not None and self._lazy_due <= now
-            if eager or lazy_due or now >= housekeeping or (self._closing and self._dirty):
+            apply_at = self.writer.apply_at()
+            apply_due = apply_at is not None and apply_at <= now
+            if eager or lazy_due or apply_due or now >= housekeeping or self._closing:
+                # a housekeeping commit (TTL deletions) or the last one applies the log
+                applying = now >= housekeeping or self._closing
                 housekeeping = now + self.housekeeping_every
-                await self._commit()
-            if self._closing and not self._dirty and not self._events:
+                await self._commit(applying)
+            settled = not (self._dirty or self._events or self.writer.logged)
+            if self._closing and (settled or self._failure is not None):
                 if self._alarm is not None:
                     self._alarm.cancel()
                 return
@@ -455,11 +484,17 @@ class Journal(Generic[S]):
     def _sleep_until(self, housekeeping: float) -> float:
         if self._closing or (self._open_batch is not None and self._open_batch.eager):
             return time.monotonic()
+        due = [housekeeping]
         if self._lazy_due is not None:
-            return min(self._lazy_due, housekeeping)
-        return housekeeping
+            due.append(self._lazy_due)
+        apply_at = self.writer.apply_at()
+        if apply_at is not None:
+            due.append(apply_at)
+        return min(due)
 
-    async def _commit(self) -> None:
+    async def _commit(self, applying: bool = False) -> None:
+        """Seal what is marked and commit it (inline: log it, and apply the log to
+        SQLite when due or `applying`)."""
         if self._failure is not None:  # memory is being rebuilt: nothing to write
             return
         # Let the loop run what is ready first (at most SEAL_YIELDS passes): the
@@ -471,32 +506,64 @@ class Journal(Generic[S]):
             return
         batch = self._open_batch or _Batch()
         self._open_batch = None
-        pending = self._pending_bytes
         self._inflight = batch
+        writer = self.writer
         try:
             work = self._seal()
-            writer = self.writer
             if not writer.inline:
                 self._room = await self._run(lambda: writer.commit(work))
-            elif writer.due_checkpoint(work):
-                self._room = await self._run(lambda: writer.commit_and_checkpoint(work))
-            else:
-                self._room = writer.commit(work)  # no fsync: cheaper than the hop to the thread
+                self._committed(work)
+            elif not work.empty:
+                self._check_fits(work)
+                writer.log(work)  # the commit: one write(), no fsync
         except Exception as error:  # a full disk, an I/O error, or a bug sealing: diverged
             self._diverge(error, batch)
             return
         finally:
             self._inflight = None
+        if writer.inline:
+            # (before the answers: a flush returns with everything in SQLite, and an
+            # apply on the loop holds the answers back anyway)
+            apply_at = writer.apply_at()
+            forced, self._apply_forced = self._apply_forced, False
+            if applying or forced or (apply_at is not None and apply_at <= time.monotonic()):
+                await self._apply(work.now)
+        batch.resolve()  # (logged: an apply that failed lost none of it)
+
+    def _check_fits(self, work: Work) -> None:
+        """Under the log, what SQLite could not hold must fail now, as its commit would
+        have, not at the apply after it was answered (the room is SQLite's: the disk's
+        free space, max_page_count, the file-size limit)."""
+        if estimate_bytes(work) > self._room - self.writer.logged_bytes:
+            raise OSError(errno.ENOSPC, "no room in the data directory for this commit")
+
+    async def _apply(self, now: float) -> None:
+        """The logged batches into SQLite, one transaction (on the loop; on the thread
+        with a checkpoint when one is due). A failure diverges as a failed commit: the
+        reload applies the log first (nothing logged was lost)."""
+        writer = self.writer
+        try:
+            work = writer.to_apply(now)
+            if writer.due_checkpoint(work):
+                self._room = await self._run(lambda: writer.apply(work, checkpoint=True))
+            else:
+                self._room = writer.apply(work)
+        except Exception as error:
+            self._diverge(error, None)
+            return
+        self._committed(work)
+
+    def _committed(self, work: Work) -> None:
+        """`work` is in the file: its TTL deletions and its reserved bytes with it."""
         for key in work.expired:  # the file holds none of their blobs now
             for written in self._blobs_written:
                 written.pop(key, None)
-        self._pending_bytes = max(0, self._pending_bytes - pending)
-        batch.resolve()
+        self._reserved_applied = max(self._reserved_applied, work.reserved)
 
     def _seal(self) -> Work:
         """Encode everything marked since the last seal (on the loop: a consistent cut)."""
         codec = self.tables.records
-        work = Work(now=self._clock())
+        work = Work(now=self._clock(), reserved=self._reserved)
         upserts: list[list[tuple[Any, bytes]]] = [[] for _ in codec.blobs]
         deletes: list[list[tuple[Any]]] = [[] for _ in codec.blobs]
         written = self._blobs_written
@@ -558,7 +625,7 @@ class Journal(Generic[S]):
     def _forget_blobs(self) -> None:
         self._blobs_written = [{} for _ in self.tables.records.blobs]
 
-    def _diverge(self, error: BaseException, batch: _Batch) -> None:
+    def _diverge(self, error: BaseException, batch: _Batch | None) -> None:
         failure = StoreUnavailable(
             f"the data directory could not be written ({error}); the store reloads it"
         )
@@ -569,7 +636,7 @@ class Journal(Generic[S]):
         self._dirty = {}
         self._events = []
         self._lazy_due = None
-        self._pending_bytes = 0
+        self._reserved_applied = self._reserved
         self._forget_blobs()
         self._failure = failure
         self.on_diverged()

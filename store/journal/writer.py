@@ -2,12 +2,14 @@
 
 One caller at a time: the journal's flusher, which awaits each call. Under
 `full` every call runs on the journal's dedicated thread (Journal's
-executor). Under `normal` (`inline`) a commit runs on the event loop itself
-(a WAL append to the page cache costs less than the hand-off to a thread
-and back), and what may take milliseconds still runs on the thread: the
-open and loads, and the checkpoints (`due_checkpoint`: SQLite's automatic
-one is off on an inline connection, so the flusher hands the commit that
-crosses it to the thread, which checkpoints after committing). One
+executor). Under `normal` (`inline`) a commit is one `write()` to the
+commit log (store/journal/log.py) on the event loop itself (`log`), and the
+batches logged over `APPLY_EVERY` go to SQLite in one transaction, also on
+the loop (`apply`); what may take milliseconds still runs on the thread:
+the open (which replays a log a crash left) and loads, and the checkpoints
+(`due_checkpoint`: SQLite's automatic one is off on an inline connection,
+so the flusher hands the apply that crosses it to the thread, which
+checkpoints after committing). One
 `commit(work)` is ONE SQLite transaction, whatever it carries: the records
 a batch of transitions touched, their audit events, changed meta values,
 the TTL deletions that fell due and the audit cap (one fsync under
@@ -36,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from store.journal import log as commit_log
+from store.journal.errors import DataDirRefused
 from store.journal.loading import read_keyed, read_records
 from store.journal.schema import EXPIRE_FIELD, Tables, check_header, corrupt, insert_sql, prepare
 
@@ -53,6 +57,10 @@ WAL_AUTOCHECKPOINT_PAGES = 1000
 PAGES_PER_COMMIT = 4
 PAGES_PER_ROW = 1
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: Under `normal`: logged batches are applied to SQLite once the oldest is this
+#: old (seconds) or this many wait, and at every housekeeping, flush and close.
+APPLY_EVERY = 0.05
+APPLY_BATCHES = 256
 
 
 @dataclass
@@ -65,12 +73,44 @@ class Work:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     meta: list[tuple[str, str]] = field(default_factory=list)
     now: float = 0.0  # TTL deletions: rows whose expire_at <= now
+    #: the journal's count of disk bytes reserved when this was sealed (Journal.check_room)
+    reserved: int = 0
     #: filled by the commit: the keys whose rows (and blobs) its TTL deletions removed
     expired: list[Any] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.rows or self.events or self.meta)
+
+    def batch(self) -> tuple[Any, ...]:
+        """What the commit log keeps of it (builtin values only)."""
+        return (self.rows, self.blobs, self.blob_deletes, self.events, self.meta, self.now)
+
+    @classmethod
+    def merged(cls, works: list[Work], now: float) -> Work:
+        """One Work writing what `works` write, in their order (the last value of a
+        row wins, as it would have in separate commits)."""
+        merged = cls(now=now, reserved=works[-1].reserved if works else 0)
+        for work in works:
+            merged.rows += work.rows
+            for name, upserts in work.blobs.items():
+                merged.blobs.setdefault(name, []).extend(upserts)
+            for name, keys in work.blob_deletes.items():
+                merged.blob_deletes.setdefault(name, []).extend(keys)
+            merged.events += work.events
+            merged.meta += work.meta
+        return merged
+
+
+def estimate_bytes(work: Work) -> int:
+    """What `work` may add to the file, over-estimated (the room between measures)."""
+    added = ROW_BYTES * (len(work.rows) + len(work.events))
+    return added + sum(len(blob) for upserts in work.blobs.values() for _, blob in upserts)
+
+
+def _from_batch(batch: Any) -> Work:
+    rows, blobs, blob_deletes, events, meta, now = batch
+    return Work(rows, blobs, blob_deletes, events, meta, now)
 
 
 @dataclass
@@ -116,8 +156,15 @@ class Writer:
         self.events_cap = max(1, events_cap)
         self.checkpoint_every = checkpoint_every
         self.max_pages = max_pages
-        self.commits = 0  # transactions committed (tests count batching with it)
+        self.commits = 0  # group commits: transactions, or log writes (tests count batching)
         self.inline = inline
+        #: inline (`normal`): the commit log, and the batches it holds that SQLite does not
+        self.log_file = commit_log.CommitLog(directory)
+        self._logged: list[Work] = []
+        self.logged_bytes = 0  # what they may add to the file (estimate_bytes)
+        self._log_seq = 0  # the last sequence number logged (or applied)
+        self._oldest_logged = 0.0  # time.monotonic() the oldest of _logged was logged
+        self._log_replayed = False  # until then, close() must leave the log file alone
         self._wal_pages = 0  # inline: pages taken to be in the WAL since its last checkpoint
         self._con: sqlite3.Connection | None = None
         self._events_held = 0
@@ -158,6 +205,37 @@ class Writer:
             raise
         self._con = con
         self._page_size = int(con.execute("PRAGMA page_size").fetchone()[0])
+        self._replay()
+
+    def _replay(self) -> None:
+        """Apply what a commit log left (a crash under `normal`) past what SQLite holds,
+        in one transaction, before anything reads the file; then start the log again
+        (inline) or remove it. Whatever this run's mode: the log is an earlier run's."""
+        applied = self._applied_seq()
+        replayed = list(commit_log.entries(self.log_file.read(), applied))
+        self._count_events()  # (the audit cap applies to what the replay adds)
+        self._log_seq = replayed[-1][0] if replayed else applied
+        if replayed:
+            works = [_from_batch(batch) for _, batch in replayed]
+            try:
+                self.commit(Work.merged(works, now=works[-1].now), applied_seq=self._log_seq)
+            except sqlite3.DatabaseError as error:
+                raise DataDirRefused(
+                    f"{self.log_file.path}: the commits it holds cannot be written to "
+                    f"{self.path} ({error}); free space on the disk and start again"
+                ) from None
+        if self.inline:
+            self.log_file.open()
+            self.log_file.empty()
+        else:
+            self.log_file.close(remove=True)
+        self._log_replayed = True
+
+    def _applied_seq(self) -> int:
+        row = self.con.execute(
+            "SELECT value FROM meta WHERE name = ?", (commit_log.APPLIED,)
+        ).fetchone()
+        return 0 if row is None else int(json.loads(row[0]))
 
     def _configure(self, con: sqlite3.Connection) -> None:
         mode = con.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -209,6 +287,7 @@ class Writer:
             meta = {
                 name: json.loads(value)
                 for name, value in self.con.execute("SELECT name, value FROM meta")
+                if name != commit_log.APPLIED
             }
             return Loaded(records, meta, self._load_events())
         except sqlite3.DatabaseError as error:
@@ -216,12 +295,66 @@ class Writer:
 
     def _load_events(self) -> list[Any]:
         codec = self.tables.events
+        newest = self._count_events()
+        query = f"SELECT {', '.join(codec.names)} FROM events WHERE id > ? ORDER BY id"
+        return [codec.build(row) for row in self.con.execute(query, (newest - self.events_cap,))]
+
+    # -- the commit log (inline) ------------------------------------------------
+
+    def log(self, work: Work) -> None:
+        """Commit `work` by one write to the commit log; SQLite gets it at the next apply."""
+        self._log_seq += 1
+        try:
+            self.log_file.append(commit_log.encode(self._log_seq, work.batch()))
+        except BaseException:
+            self._log_seq -= 1  # (a short write left a cut entry: a replay stops before it)
+            raise
+        if not self._logged:
+            self._oldest_logged = time.monotonic()
+        self._logged.append(work)
+        self.logged_bytes += estimate_bytes(work)
+        self.commits += 1
+
+    @property
+    def logged(self) -> int:
+        """Batches in the commit log that SQLite does not hold yet."""
+        return len(self._logged)
+
+    def apply_at(self) -> float | None:
+        """When (time.monotonic) the logged batches are due in SQLite; None if none wait."""
+        if not self._logged:
+            return None
+        if len(self._logged) >= APPLY_BATCHES:
+            return 0.0
+        return self._oldest_logged + APPLY_EVERY
+
+    def to_apply(self, now: float) -> Work:
+        """The logged batches as one Work (with the TTL deletions due at `now`)."""
+        return Work.merged(self._logged, now)
+
+    def apply(self, work: Work, checkpoint: bool = False) -> int:
+        """Commit `work` (from to_apply: the flusher awaits each call, so nothing is
+        logged in between) with the log's last sequence number, then start the log
+        again; the room left. `checkpoint`: as commit_and_checkpoint (on the thread)."""
+        commit = self.commit_and_checkpoint if checkpoint else self.commit
+        room = commit(work, self._log_seq)
+        self._logged.clear()
+        self.logged_bytes = 0
+        self.log_file.empty()
+        return room
+
+    def apply_all(self) -> None:
+        """Whatever the log holds into SQLite (before a reload reads the file, at close)."""
+        if self._logged:
+            self.apply(self.to_apply(self._logged[-1].now))
+
+    def _count_events(self) -> int:
+        """Count the events the file holds (the audit cap's trims); the newest's id."""
         count, newest = self.con.execute(
             "SELECT count(*), coalesce(max(id), 0) FROM events"
         ).fetchone()
         self._events_held, self._newest_event = int(count), int(newest)
-        query = f"SELECT {', '.join(codec.names)} FROM events WHERE id > ? ORDER BY id"
-        return [codec.build(row) for row in self.con.execute(query, (newest - self.events_cap,))]
+        return self._newest_event
 
     # -- commit ----------------------------------------------------------------
 
@@ -236,10 +369,10 @@ class Writer:
             return True
         return time.monotonic() - self._last_checkpoint >= self.checkpoint_every
 
-    def commit_and_checkpoint(self, work: Work) -> int:
+    def commit_and_checkpoint(self, work: Work, applied_seq: int | None = None) -> int:
         """commit(work), then a checkpoint (inline: on the thread, by due_checkpoint):
         truncating when `checkpoint_every` is up, else passive as SQLite's own."""
-        room = self.commit(work)
+        room = self.commit(work, applied_seq)
         if time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
             self.checkpoint()
         else:
@@ -248,14 +381,20 @@ class Writer:
         self._wal_pages = 0
         return room
 
-    def commit(self, work: Work) -> int:
-        """Write `work` in one transaction; the room left afterwards (bytes)."""
+    def commit(self, work: Work, applied_seq: int | None = None) -> int:
+        """Write `work` in one transaction; the room left afterwards (bytes).
+        `applied_seq`: it holds the commit log up to that entry (recorded with it)."""
         con = self.con
         held = self._events_held + len(work.events)
         newest = int(work.events[-1][0]) if work.events else self._newest_event
         con.execute("BEGIN IMMEDIATE")
         try:
             self._write(con, work)
+            if applied_seq is not None:
+                con.execute(
+                    "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+                    (commit_log.APPLIED, str(applied_seq)),
+                )
             held = self._cap_events(con, held, newest)
             con.execute("COMMIT")
         except BaseException:
@@ -264,7 +403,7 @@ class Writer:
             self._next_expiry = 0.0  # its deletions were rolled back too
             raise
         self._events_held, self._newest_event = held, newest
-        if not work.empty:
+        if not work.empty and applied_seq is None:
             self.commits += 1
         if not self.inline and time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
             self.checkpoint()
@@ -276,9 +415,7 @@ class Writer:
         stale = time.monotonic() - self._room_measured >= ROOM_MEASURE_EVERY
         if stale or self._room < ROOM_MEASURE_BELOW:
             return self.room()
-        added = ROW_BYTES * (len(work.rows) + len(work.events))
-        added += sum(len(blob) for upserts in work.blobs.values() for _, blob in upserts)
-        self._room -= added
+        self._room -= estimate_bytes(work)
         return self._room
 
     def _write(self, con: sqlite3.Connection, work: Work) -> None:
@@ -365,6 +502,9 @@ class Writer:
     def close(self) -> None:
         if self._con is None:
             return
+        with contextlib.suppress(sqlite3.Error):  # the log keeps them: the next start applies
+            self.apply_all()
+        self.log_file.close(remove=self._log_replayed and not self._logged)
         con, self._con = self._con, None
         with contextlib.suppress(sqlite3.Error):
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")

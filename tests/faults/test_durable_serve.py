@@ -129,7 +129,18 @@ async def test_every_acknowledged_submit_survives_a_kill_9(
     assert all(job.status == QUEUED for job in found.values())
 
 
-async def test_leases_results_and_keys_survive_a_kill_9(durable: Deployment) -> None:
+@pytest.fixture(params=["full", "normal"])
+def durable_either(
+    request: pytest.FixtureRequest, tmp_path: Path, data_dir: Path
+) -> Iterator[Deployment]:
+    """A durable serve under each --data-sync (normal: its commit log, replayed at start)."""
+    deployment = durable_deployment(tmp_path, data_dir, request.param)
+    yield deployment
+    deployment.stop()
+
+
+async def test_leases_results_and_keys_survive_a_kill_9(durable_either: Deployment) -> None:
+    durable = durable_either
     model = fresh_name("m")
     async with api_of(durable) as api:
         done = await api.submit(model, b"first", key="order-1")

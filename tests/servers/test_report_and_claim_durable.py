@@ -5,7 +5,6 @@ still leaves only once they are committed."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -14,7 +13,6 @@ import pytest
 
 from jobgate.v1 import worker_service_pb2
 from store import StoreSettings
-from store.journal.writer import Work
 from store.memory import LocalStore
 from store.model import JobStatus
 from tests.helpers import assert_eventually
@@ -22,7 +20,7 @@ from tests.servers.conftest import MakeHarness
 from tests.servers.harness import Harness, seconds
 from tests.servers.test_report_and_claim import completed
 from tests.store.conftest import claim_is_waiting
-from tests.store.durable import journal_of, query
+from tests.store.durable import fail_next_commit, journal_of, query
 
 pb = worker_service_pb2
 
@@ -133,27 +131,13 @@ async def test_a_report_alone_rides_the_next_commit_another_call_starts(
     assert status_in_file(tmp_path, second.id) == "queued"
 
 
-def fail_the_next_commit(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    writer = journal_of(store).writer
-    real: Callable[[Work], int] = writer.commit
-    failed: list[Work] = []
-
-    def commit(work: Work) -> int:
-        if not failed:
-            failed.append(work)
-            raise sqlite3.OperationalError("disk I/O error")
-        return real(work)
-
-    monkeypatch.setattr(writer, "commit", commit)
-
-
 async def test_a_result_whose_commit_failed_is_counted_once_when_the_worker_sends_it_again(
     make_harness: MakeHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness, store = await durable_harness(make_harness, tmp_path)
     await harness.submit()
     [claimed] = await harness.claim()
-    fail_the_next_commit(store, monkeypatch)
+    fail_next_commit(journal_of(store), monkeypatch)
     report = report_and_wait(harness, claimed, wait=0, max_jobs=0)
 
     with pytest.raises(grpc.aio.AioRpcError) as refused:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from store.journal import DB_NAME, Journal
+from store.journal.log import LOG_NAME
+from store.journal.writer import Work, Writer
 from store.memory import LocalStore
+from store.memory.durable import TABLES
 from store.memory.state import State
 from store.model import StoreSettings
 
@@ -50,6 +58,26 @@ async def open_store(
     return store
 
 
+def fail_next_commit(journal: Journal[State], monkeypatch: pytest.MonkeyPatch) -> list[Work]:
+    """The journal's next commit fails as a disk error would: its write to the commit
+    log (under `normal`, inline), else its SQLite transaction. The failed Work, once made."""
+    writer = journal.writer
+    name = "log" if writer.inline else "commit"
+    real = getattr(writer, name)
+    failed: list[Work] = []
+
+    def failing(work: Work, *args: Any) -> Any:
+        if not failed:
+            failed.append(work)
+            if writer.inline:
+                raise OSError(errno.EIO, "Input/output error")
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(work, *args)
+
+    monkeypatch.setattr(writer, name, failing)
+    return failed
+
+
 def journal_of(store: LocalStore) -> Journal[State]:
     journal = store.engine.journal
     assert journal is not None
@@ -57,7 +85,22 @@ def journal_of(store: LocalStore) -> Journal[State]:
 
 
 def query(directory: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    """What the file holds (committed), through a read-only connection of the test's own."""
+    """What a start would find in `directory` now (as a crash would leave it): the
+    SQLite file with the commit log applied (under `normal` a commit is in the log
+    first), read from a copy so the running store's files stay as they are."""
+    with tempfile.TemporaryDirectory(prefix="jobgate-test-view-") as scratch:
+        copy = Path(scratch)
+        for name in (DB_NAME, f"{DB_NAME}-wal", LOG_NAME):
+            if (directory / name).exists():
+                shutil.copyfile(directory / name, copy / name)
+        writer = Writer(copy, TABLES, "normal", events_cap=1 << 30)
+        writer.open()  # replays the log into the copy
+        writer.close()
+        return file_query(copy, sql, *args)
+
+
+def file_query(directory: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """What the SQLite file itself holds (committed), the commit log aside."""
     con = sqlite3.connect(f"file:{directory / DB_NAME}?mode=ro", uri=True)
     try:
         return con.execute(sql, args).fetchall()

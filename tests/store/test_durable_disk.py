@@ -158,6 +158,7 @@ async def test_the_audit_trail_in_the_file_is_capped(tmp_path: Path) -> None:
     try:
         for _ in range(30):
             await submit_one(store)
+        await journal_of(store).flush()  # (under normal, SQLite gets the log's batches here)
 
         assert count(tmp_path, "events") <= 11
         assert query(tmp_path, "SELECT max(id) FROM events") == [(30,)]
@@ -170,11 +171,12 @@ async def test_the_wal_is_checkpointed_and_truncated(tmp_path: Path, sync: str) 
     store = await open_store(tmp_path, data_sync=sync, checkpoint_every=0)
     try:
         await submit_one(store, payload=b"p" * 100_000)
+        await journal_of(store).flush()  # (under normal, SQLite gets the log's batches here)
 
         assert (tmp_path / "jobgate.db-wal").stat().st_size == 0
         settings = await journal_of(store).connection_settings()
         assert settings["journal_size_limit"] > 0
-        # normal commits on the loop: the journal checkpoints (on its thread), not SQLite
+        # normal applies on the loop: the journal checkpoints (on its thread), not SQLite
         assert (settings["wal_autocheckpoint"] > 0) == (sync == "full")
     finally:
         await store.close()
@@ -192,6 +194,7 @@ async def _round(store: LocalStore, clock: FakeClock, jobs: int) -> None:
     await store.recover()
     other = await submit_one(store, model="other")  # a commit, which deletes what fell due
     await store.cancel(TENANT, other.id)
+    await journal_of(store).flush()  # (under normal, SQLite gets the log's batches here)
 
 
 async def test_the_file_stops_growing_when_jobs_come_and_go(tmp_path: Path) -> None:
@@ -269,6 +272,7 @@ async def _wave(store: LocalStore, clock: FakeClock, directory: Path) -> int:
         await _run_batch(store)
         clock.advance(1)
         await store.recover()  # as serve's recovery loop does: expired jobs leave memory
+        await journal_of(store).flush()  # (under normal, SQLite gets the log's batches here)
         records = count(directory, "records")
         assert records <= kept and count(directory, "blob_payload") <= kept
         assert count(directory, "events") <= WAVE_EVENTS_CAP + WAVE_EVENTS_CAP // 10

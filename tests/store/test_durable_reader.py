@@ -12,6 +12,7 @@ import pytest
 from store.journal import DataDirRefused, EventReader
 from store.memory.durable import event_reader
 from store.model import JobStatus
+from tests.helpers import assert_eventually
 from tests.store.conftest import TENANT, submit_one
 from tests.store.durable import open_store
 
@@ -32,15 +33,18 @@ async def test_it_reads_the_events_a_running_store_committed(
     try:
         job = await submit_one(store)
         await store.cancel(TENANT, job.id)
+        expected = [
+            (job.id, None, JobStatus.QUEUED),
+            (job.id, JobStatus.QUEUED, JobStatus.CANCELLED),
+        ]
 
-        events = await reader.events()
+        async def read() -> bool:  # under normal, the log's batches reach SQLite within 50 ms
+            events = await reader.events()
+            return [(e.job_id, e.from_status, e.to_status) for e in events] == expected
+
+        await assert_eventually(read, message="the reader never saw the store's events")
     finally:
         await store.close()
-
-    assert [(e.job_id, e.from_status, e.to_status) for e in events] == [
-        (job.id, None, JobStatus.QUEUED),
-        (job.id, JobStatus.QUEUED, JobStatus.CANCELLED),
-    ]
 
 
 async def test_it_pages_by_position(tmp_path: Path, reader: EventReader) -> None:
