@@ -58,9 +58,11 @@ PAGES_PER_COMMIT = 4
 PAGES_PER_ROW = 1
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: Under `normal`: logged batches are applied to SQLite once the oldest is this
-#: old (seconds) or this many wait, and at every housekeeping, flush and close.
+#: old (seconds), this many wait or they hold this many bytes (estimate_bytes: the
+#: log's size, within the disk reserve), and at every housekeeping, flush and close.
 APPLY_EVERY = 0.05
 APPLY_BATCHES = 256
+APPLY_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -324,7 +326,7 @@ class Writer:
         """When (time.monotonic) the logged batches are due in SQLite; None if none wait."""
         if not self._logged:
             return None
-        if len(self._logged) >= APPLY_BATCHES:
+        if len(self._logged) >= APPLY_BATCHES or self.logged_bytes >= APPLY_BYTES:
             return 0.0
         return self._oldest_logged + APPLY_EVERY
 

@@ -172,6 +172,22 @@ async def test_the_log_reaches_sqlite_within_the_apply_interval(tmp_path: Path) 
         await store.close()
 
 
+async def test_a_log_past_its_byte_bound_reaches_sqlite_before_the_answer(
+    tmp_path: Path, held_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "APPLY_BYTES", 4096)
+    store = await open_store(tmp_path, housekeeping_every=3600)
+    try:
+        small = await submit_one(store, payload=b"s")
+        large = await submit_one(store, payload=b"L" * 8192)
+
+        found = {job_id for (job_id,) in file_query(tmp_path, "SELECT id FROM records")}
+        assert found == {small.id, large.id}
+        assert (tmp_path / LOG_NAME).stat().st_size == 0
+    finally:
+        await store.close()
+
+
 async def test_a_clean_stop_leaves_the_sqlite_file_alone(tmp_path: Path, held_log: None) -> None:
     store = await open_store(tmp_path, housekeeping_every=3600)
     job = await submit_one(store)
