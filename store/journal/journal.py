@@ -313,6 +313,7 @@ class Journal(Generic[S]):
 
         def rebuilt() -> S:
             self.writer.apply_all()
+            self._room = self.writer.room()  # (what the log held is in the file now)
             return self._built(build, everything=True)
 
         state: S = await self._run(rebuilt)
@@ -414,7 +415,10 @@ class Journal(Generic[S]):
 
     def check_room(self, nbytes: int) -> None:
         """QueueFull if about `nbytes` more (not in the file yet) would eat into the reserve."""
-        pending = self._reserved - self._reserved_applied
+        # not in the room yet: what Submits reserved and SQLite does not hold, or (under
+        # normal) all the log holds for SQLite, if more (results too; the log's own few
+        # MiB, emptied at every apply, come out of the reserve)
+        pending = max(self._reserved - self._reserved_applied, self.writer.logged_bytes)
         if self._room - pending - nbytes < self.reserve:
             raise QueueFull("the data directory's disk is full")
         self._reserved += nbytes
@@ -451,7 +455,7 @@ class Journal(Generic[S]):
             now = time.monotonic()
             eager = self._open_batch is not None and self._open_batch.eager
             lazy_due = self._lazy_due is not None and self._lazy_due <= now
-            apply_at = self.writer.apply_at()
+            apply_at = self._apply_at()
             apply_due = apply_at is not None and apply_at <= now
             if eager or lazy_due or apply_due or now >= housekeeping or self._closing:
                 # a housekeeping commit (TTL deletions) or the last one applies the log
@@ -487,10 +491,15 @@ class Journal(Generic[S]):
         due = [housekeeping]
         if self._lazy_due is not None:
             due.append(self._lazy_due)
-        apply_at = self.writer.apply_at()
+        apply_at = self._apply_at()
         if apply_at is not None:
             due.append(apply_at)
         return min(due)
+
+    def _apply_at(self) -> float | None:
+        """When the logged batches are due in SQLite; never while failed (the reload
+        applies them: a due time in the past would wake the flusher at every pass)."""
+        return None if self._failure is not None else self.writer.apply_at()
 
     async def _commit(self, applying: bool = False) -> None:
         """Seal what is marked and commit it (inline: log it, and apply the log to
@@ -513,6 +522,10 @@ class Journal(Generic[S]):
             if not writer.inline:
                 self._room = await self._run(lambda: writer.commit(work))
                 self._committed(work)
+            elif not work.empty and writer.too_large_to_log(work):
+                # large: straight to SQLite with what the log holds (so the log stays
+                # small, inside the disk reserve; a failure fails this batch, unlogged)
+                await self._apply_now(work.now, work)
             elif not work.empty:
                 self._check_fits(work)
                 writer.log(work)  # the commit: one write(), no fsync
@@ -533,25 +546,30 @@ class Journal(Generic[S]):
     def _check_fits(self, work: Work) -> None:
         """Under the log, what SQLite could not hold must fail now, as its commit would
         have, not at the apply after it was answered (the room is SQLite's: the disk's
-        free space, max_page_count, the file-size limit)."""
+        free space, max_page_count, the file-size limit; the log itself, under
+        APPLY_BYTES, comes out of the reserve)."""
         if estimate_bytes(work) > self._room - self.writer.logged_bytes:
             raise OSError(errno.ENOSPC, "no room in the data directory for this commit")
 
     async def _apply(self, now: float) -> None:
-        """The logged batches into SQLite, one transaction (on the loop; on the thread
-        with a checkpoint when one is due). A failure diverges as a failed commit: the
-        reload applies the log first (nothing logged was lost)."""
-        writer = self.writer
+        """The logged batches into SQLite (`_apply_now`). A failure diverges as a failed
+        commit: the reload applies the log first (nothing logged was lost)."""
         try:
-            work = writer.to_apply(now)
-            if writer.due_checkpoint(work):
-                self._room = await self._run(lambda: writer.apply(work, checkpoint=True))
-            else:
-                self._room = writer.apply(work)
+            await self._apply_now(now)
         except Exception as error:
             self._diverge(error, None)
-            return
-        self._committed(work)
+
+    async def _apply_now(self, now: float, unlogged: Work | None = None) -> None:
+        """The logged batches, then `unlogged` (a batch too large for the log), into
+        SQLite in one transaction: on the loop, or on the thread with a checkpoint when
+        one is due. Raises what the transaction raised."""
+        writer = self.writer
+        summary = writer.to_apply(now, unlogged)
+        if writer.due_checkpoint(summary):
+            self._room = await self._run(lambda: writer.apply(summary, unlogged, True))
+        else:
+            self._room = writer.apply(summary, unlogged)
+        self._committed(summary)
 
     def _committed(self, work: Work) -> None:
         """`work` is in the file: its TTL deletions and its reserved bytes with it."""

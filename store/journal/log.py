@@ -16,11 +16,13 @@ the pickled batch (tuples, lists, dicts, str, bytes, int, float, None; the
 unpickler refuses anything else, so a damaged file cannot name code to
 run). Sequence numbers are consecutive; a replay stops at the first entry
 that is cut short, fails its CRC or breaks the sequence: a write the
-kernel never finished (power loss, a full disk) was never acknowledged.
+kernel never finished (power loss, a full disk) was never acknowledged. A
+whole entry that cannot be unpickled stops the start (LogDamaged).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -34,6 +36,11 @@ LOG_NAME = "jobgate.log"
 #: The meta row holding the last sequence number SQLite holds.
 APPLIED = "journal.log_applied"
 _HEADER = struct.Struct(">IIQ")  # body length, CRC-32 of the body, sequence number
+
+
+class LogDamaged(Exception):
+    """A whole entry (its CRC holds) that cannot be read: it was answered, so a start
+    must not go on without it."""
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -61,8 +68,8 @@ def entries(data: bytes, after: int) -> Iterator[tuple[int, Any]]:
             return
         try:
             batch = _PlainUnpickler(io.BytesIO(body)).load()
-        except Exception:  # a body that is not ours
-            return
+        except Exception as error:
+            raise LogDamaged(f"entry {seq} cannot be read ({error})") from None
         offset += _HEADER.size + length
         expected = seq + 1
         if seq > after:
@@ -96,9 +103,15 @@ class CommitLog:
         if self._fd is None:
             raise RuntimeError("the commit log is not open")
         view = memoryview(entry)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except BaseException:
+            # cut back to the last whole entry: later entries must follow it, not junk
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.size)
+            raise
         self.size += len(entry)
 
     def empty(self) -> None:

@@ -58,8 +58,9 @@ PAGES_PER_COMMIT = 4
 PAGES_PER_ROW = 1
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
 #: Under `normal`: logged batches are applied to SQLite once the oldest is this
-#: old (seconds), this many wait or they hold this many bytes (estimate_bytes: the
-#: log's size, within the disk reserve), and at every housekeeping, flush and close.
+#: old (seconds) or this many wait, and at every housekeeping, flush and close; a
+#: batch that would bring the log to APPLY_BYTES (estimate_bytes) is not logged but
+#: committed to SQLite with the log's batches (the log stays inside the disk reserve).
 APPLY_EVERY = 0.05
 APPLY_BATCHES = 256
 APPLY_BYTES = 8 * 1024 * 1024
@@ -214,13 +215,19 @@ class Writer:
         in one transaction, before anything reads the file; then start the log again
         (inline) or remove it. Whatever this run's mode: the log is an earlier run's."""
         applied = self._applied_seq()
-        replayed = list(commit_log.entries(self.log_file.read(), applied))
+        try:
+            replayed = list(commit_log.entries(self.log_file.read(), applied))
+        except commit_log.LogDamaged as error:
+            raise DataDirRefused(
+                f"{self.log_file.path}: {error}; jobgate does not start on it (restore the "
+                "directory from a backup, or move the log aside to lose its commits)"
+            ) from None
         self._count_events()  # (the audit cap applies to what the replay adds)
         self._log_seq = replayed[-1][0] if replayed else applied
         if replayed:
             works = [_from_batch(batch) for _, batch in replayed]
             try:
-                self.commit(Work.merged(works, now=works[-1].now), applied_seq=self._log_seq)
+                self._transaction(works, works[-1].now, applied_seq=self._log_seq)
             except sqlite3.DatabaseError as error:
                 raise DataDirRefused(
                     f"{self.log_file.path}: the commits it holds cannot be written to "
@@ -326,29 +333,45 @@ class Writer:
         """When (time.monotonic) the logged batches are due in SQLite; None if none wait."""
         if not self._logged:
             return None
-        if len(self._logged) >= APPLY_BATCHES or self.logged_bytes >= APPLY_BYTES:
+        if len(self._logged) >= APPLY_BATCHES:
             return 0.0
         return self._oldest_logged + APPLY_EVERY
 
-    def to_apply(self, now: float) -> Work:
-        """The logged batches as one Work (with the TTL deletions due at `now`)."""
-        return Work.merged(self._logged, now)
+    def too_large_to_log(self, work: Work) -> bool:
+        """Whether `work` would bring the log to APPLY_BYTES: commit it with apply()."""
+        return self.logged_bytes + estimate_bytes(work) >= APPLY_BYTES
 
-    def apply(self, work: Work, checkpoint: bool = False) -> int:
-        """Commit `work` (from to_apply: the flusher awaits each call, so nothing is
-        logged in between) with the log's last sequence number, then start the log
-        again; the room left. `checkpoint`: as commit_and_checkpoint (on the thread)."""
-        commit = self.commit_and_checkpoint if checkpoint else self.commit
-        room = commit(work, self._log_seq)
-        self._logged.clear()
+    def to_apply(self, now: float, unlogged: Work | None = None) -> Work:
+        """What the logged batches (and `unlogged`) write, summed up as one Work (its
+        size for the checkpoint and the room, the reserve it settles; TTL deletions
+        due at `now`)."""
+        return Work.merged([*self._logged, *([unlogged] if unlogged else [])], now)
+
+    def apply(self, summary: Work, unlogged: Work | None = None, checkpoint: bool = False) -> int:
+        """The logged batches into SQLite, each as it was logged, in order, then
+        `unlogged` (a batch committed here instead of logged), in ONE transaction that
+        records the log's last sequence number; then the log starts again. `summary`
+        (from to_apply: the flusher awaits each call, so nothing is logged in between)
+        gets the keys the TTL deletions removed. The room left. `checkpoint`: then
+        checkpoint (on the thread, by due_checkpoint)."""
+        works = [*self._logged, *([unlogged] if unlogged else [])]
+        summary.expired = self._transaction(works, summary.now, self._log_seq)
+        if unlogged is not None and not unlogged.empty:
+            self.commits += 1
+        self._logged.clear()  # (at once: a failure measuring the room must not apply twice)
         self.logged_bytes = 0
         self.log_file.empty()
-        return room
+        if checkpoint:
+            self._checkpoint_after_commit()
+        return self._room_after(estimate_bytes(summary))
 
     def apply_all(self) -> None:
-        """Whatever the log holds into SQLite (before a reload reads the file, at close)."""
+        """Whatever the log holds into SQLite, and the log emptied (before a reload reads
+        the file: also of a write cut short; at close)."""
         if self._logged:
             self.apply(self.to_apply(self._logged[-1].now))
+        elif self.inline:
+            self.log_file.empty()
 
     def _count_events(self) -> int:
         """Count the events the file holds (the audit cap's trims); the newest's id."""
@@ -371,27 +394,42 @@ class Writer:
             return True
         return time.monotonic() - self._last_checkpoint >= self.checkpoint_every
 
-    def commit_and_checkpoint(self, work: Work, applied_seq: int | None = None) -> int:
-        """commit(work), then a checkpoint (inline: on the thread, by due_checkpoint):
-        truncating when `checkpoint_every` is up, else passive as SQLite's own."""
-        room = self.commit(work, applied_seq)
+    def _checkpoint_after_commit(self) -> None:
+        """Inline, on the thread (due_checkpoint): truncating when `checkpoint_every`
+        is up, else passive as SQLite's own."""
         if time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
             self.checkpoint()
         else:
             with contextlib.suppress(sqlite3.OperationalError):
                 self.con.execute("PRAGMA wal_checkpoint(PASSIVE)")
         self._wal_pages = 0
-        return room
 
-    def commit(self, work: Work, applied_seq: int | None = None) -> int:
-        """Write `work` in one transaction; the room left afterwards (bytes).
-        `applied_seq`: it holds the commit log up to that entry (recorded with it)."""
+    def commit(self, work: Work) -> int:
+        """Write `work` in one transaction; the room left afterwards (bytes)."""
+        work.expired = self._transaction([work], work.now)
+        if not work.empty:
+            self.commits += 1
+        if not self.inline and time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
+            self.checkpoint()
+        return self._room_after(estimate_bytes(work))
+
+    def _transaction(
+        self, works: list[Work], now: float, applied_seq: int | None = None
+    ) -> list[Any]:
+        """`works` written in order in ONE transaction, with the TTL deletions due at
+        `now` and the audit cap; `applied_seq`: they hold the commit log up to that
+        entry (recorded with them). The keys the TTL deletions removed."""
         con = self.con
-        held = self._events_held + len(work.events)
-        newest = int(work.events[-1][0]) if work.events else self._newest_event
+        held = self._events_held + sum(len(work.events) for work in works)
+        newest = next(
+            (int(work.events[-1][0]) for work in reversed(works) if work.events),
+            self._newest_event,
+        )
         con.execute("BEGIN IMMEDIATE")
         try:
-            self._write(con, work)
+            for work in works:
+                self._write(con, work)
+            expired = self._delete_expired(con, works, now)
             if applied_seq is not None:
                 con.execute(
                     "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
@@ -405,19 +443,15 @@ class Writer:
             self._next_expiry = 0.0  # its deletions were rolled back too
             raise
         self._events_held, self._newest_event = held, newest
-        if not work.empty and applied_seq is None:
-            self.commits += 1
-        if not self.inline and time.monotonic() - self._last_checkpoint >= self.checkpoint_every:
-            self.checkpoint()
-        return self._room_after(work)
+        return expired
 
-    def _room_after(self, work: Work) -> int:
+    def _room_after(self, added: int) -> int:
         """room(), measured when it is small or a second old; else the last
-        measure less what `work` may have added (an underestimate of the room)."""
+        measure less `added` (what a commit may have added: an underestimate)."""
         stale = time.monotonic() - self._room_measured >= ROOM_MEASURE_EVERY
         if stale or self._room < ROOM_MEASURE_BELOW:
             return self.room()
-        self._room -= estimate_bytes(work)
+        self._room -= added
         return self._room
 
     def _write(self, con: sqlite3.Connection, work: Work) -> None:
@@ -437,30 +471,28 @@ class Writer:
             con.executemany(self._insert_event, work.events)
         if work.meta:
             con.executemany("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", work.meta)
-        self._delete_expired(con, work)
 
-    def _delete_expired(self, con: sqlite3.Connection, work: Work) -> None:
-        """Delete the rows whose expire_at <= work.now, if any can be due.
+    def _delete_expired(self, con: sqlite3.Connection, works: list[Work], now: float) -> list[Any]:
+        """Delete the rows whose expire_at <= now, if any can be due; their keys.
 
         `_next_expiry` is a lower bound of the file's earliest expire_at (the
         earliest after the last deletion, lowered by every row written since),
         so most commits skip the three statements."""
         column = self._expire_column
         if column is None:
-            return
-        written = [row[column] for row in work.rows if row[column] is not None]
+            return []
+        written = [row[column] for work in works for row in work.rows if row[column] is not None]
         if written:
             self._next_expiry = min(self._next_expiry, min(written))
-        if work.now < self._next_expiry:
-            return
+        if now < self._next_expiry:
+            return []
         due = f"SELECT id FROM records WHERE {EXPIRE_FIELD} <= ?"
-        work.expired = [key for (key,) in con.execute(due, (work.now,))]
+        expired = [key for (key,) in con.execute(due, (now,))]
         for name in self.tables.records.blobs:
-            con.execute(
-                f"DELETE FROM {self.tables.blob_table(name)} WHERE id IN ({due})", (work.now,)
-            )
-        con.execute(f"DELETE FROM records WHERE {EXPIRE_FIELD} <= ?", (work.now,))
+            con.execute(f"DELETE FROM {self.tables.blob_table(name)} WHERE id IN ({due})", (now,))
+        con.execute(f"DELETE FROM records WHERE {EXPIRE_FIELD} <= ?", (now,))
         self._next_expiry = self._earliest_expiry(con)
+        return expired
 
     def _earliest_expiry(self, con: sqlite3.Connection) -> float:
         query = f"SELECT min({EXPIRE_FIELD}) FROM records WHERE {EXPIRE_FIELD} IS NOT NULL"

@@ -40,6 +40,8 @@ from store.memory.waiters import LocalListener, Waiters
 from store.policy import Verdict
 
 log = logging.getLogger(__name__)
+#: Seconds between attempts to rebuild memory from the data directory after a failed commit.
+RELOAD_RETRY = 1.0
 
 # In-process wake-ups are never lost: a wait needs no safety re-check.
 _NO_RECHECK = 3600.0
@@ -139,10 +141,21 @@ class LocalEngine(Operators):
         self._reloading = asyncio.create_task(self._reload_now())
 
     async def _reload_now(self) -> None:
+        """Rebuild memory from the file, again every RELOAD_RETRY seconds while that
+        fails (the disk still full, say): calls answer UNAVAILABLE meanwhile."""
         assert self._journal is not None
         try:
             await self._stop_backfill(None)  # the reload reads every record
-            self._restored(await self._journal.reload(self._restore))
+            while True:
+                try:
+                    self._restored(await self._journal.reload(self._restore))
+                    break
+                except Exception as error:
+                    if self._closed:
+                        return
+                    log.error("the data directory cannot be reloaded (%s); again in %s s",
+                              error, RELOAD_RETRY)  # fmt: skip
+                    await asyncio.sleep(RELOAD_RETRY)
             self._journal.resume()
         finally:
             self._reloading = None

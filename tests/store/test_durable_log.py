@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
 import shutil
+import sqlite3
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from store import StoreUnavailable
 from store.journal import DB_NAME, DataDirRefused
 from store.journal import writer as writer_module
-from store.journal.log import APPLIED, LOG_NAME, encode, entries
+from store.journal.log import APPLIED, LOG_NAME, CommitLog, LogDamaged, encode, entries
 from store.journal.writer import APPLY_EVERY, Work, Writer
+from store.memory import LocalStore
+from store.memory import engine as engine_module
 from store.memory.durable import TABLES
 from store.model import JobStatus
 from tests.helpers import assert_eventually
@@ -84,12 +91,42 @@ def test_a_gap_in_the_sequence_ends_the_replay() -> None:
     assert list(entries(data, after=0)) == [(1, "kept")]
 
 
-def test_a_body_naming_a_class_is_not_unpickled() -> None:
+def test_a_whole_entry_naming_a_class_is_refused_not_unpickled() -> None:
     body = pickle.dumps(Path("/"), protocol=5)  # a class the unpickler would have to import
-    data = encode(1, "kept") + encode(2, "placeholder")
-    forged = data[: len(encode(1, "kept"))] + _entry(2, body)
+    forged = encode(1, "kept") + _entry(2, body)
 
-    assert list(entries(forged, after=0)) == [(1, "kept")]
+    with pytest.raises(LogDamaged, match="entry 2"):
+        list(entries(forged, after=0))
+
+
+def test_a_start_on_a_log_with_an_unreadable_whole_entry_is_refused(tmp_path: Path) -> None:
+    (tmp_path / LOG_NAME).write_bytes(_entry(1, pickle.dumps(Path("/"), protocol=5)))
+
+    with pytest.raises(DataDirRefused, match="cannot be read"):
+        Writer(tmp_path, TABLES, "normal", events_cap=100, inline=True).open()
+    assert (tmp_path / LOG_NAME).stat().st_size > 0
+
+
+def test_a_write_cut_short_is_cut_from_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = CommitLog(tmp_path)
+    log.open()
+    log.append(encode(1, "whole"))
+    real_write = os.write
+
+    def cut_short(fd: int, data: Any) -> int:
+        real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", cut_short)
+    with pytest.raises(OSError):
+        log.append(encode(2, "cut"))
+    monkeypatch.undo()
+    log.append(encode(2, "next"))
+    log.close(remove=False)
+
+    assert [batch for _, batch in entries(log.read(), after=0)] == ["whole", "next"]
 
 
 def _entry(seq: int, body: bytes) -> bytes:
@@ -119,7 +156,85 @@ def test_a_start_applies_only_the_entries_past_what_sqlite_holds(tmp_path: Path)
     assert file_query(tmp_path, "SELECT value FROM meta WHERE name = ?", APPLIED) == [("2",)]
 
 
+def test_a_delete_and_then_an_upsert_of_one_blob_keep_their_order_in_one_apply(
+    tmp_path: Path,
+) -> None:
+    writer = Writer(tmp_path, TABLES, "normal", events_cap=100, inline=True)
+    writer.open()
+    try:
+        writer.log(Work(blob_deletes={"result": [("job-1",)]}))  # (a sealed empty result)
+        writer.log(Work(blobs={"result": [("job-1", b"made")]}))  # then the job's result
+
+        writer.apply(writer.to_apply(now=0.0))
+    finally:
+        writer.close()
+
+    assert file_query(tmp_path, "SELECT data FROM blob_result WHERE id = 'job-1'") == [(b"made",)]
+
+
 # -- the store ---------------------------------------------------------------------
+
+
+async def _serving_again(store: LocalStore) -> None:
+    async def serving() -> bool:
+        try:
+            return await store.queue_depths() is not None
+        except StoreUnavailable:
+            return False
+
+    await assert_eventually(serving, message="the store never reloaded")
+
+
+async def test_an_apply_that_fails_is_retried_by_the_reload_until_it_passes(
+    tmp_path: Path, held_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_module, "RELOAD_RETRY", 0.01)
+    store = await open_store(tmp_path, housekeeping_every=3600)
+    try:
+        writer = journal_of(store).writer
+        real_apply, failures = writer.apply, [1, 2, 3]
+
+        def failing_apply(summary: Work, *args: Any) -> int:
+            if failures:
+                failures.pop()
+                raise sqlite3.OperationalError("disk I/O error")
+            return real_apply(summary, *args)
+
+        monkeypatch.setattr(writer, "apply", failing_apply)
+        job = await submit_one(store)  # logged: answered
+        await journal_of(store).flush()  # its apply fails, and the reload's twice
+
+        await _serving_again(store)
+        assert failures == []
+        assert file_query(tmp_path, "SELECT id FROM records") == [(job.id,)]
+        assert (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+    finally:
+        await store.close()
+
+
+async def test_an_apply_whose_room_measure_fails_is_not_applied_twice(
+    tmp_path: Path, held_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_store(tmp_path, housekeeping_every=3600)
+    try:
+        writer = journal_of(store).writer
+        real_room_after, failures = writer._room_after, [1]
+
+        def failing_room_after(added: int) -> int:
+            if failures:
+                failures.pop()
+                raise OSError(errno.EIO, "Input/output error")
+            return real_room_after(added)
+
+        monkeypatch.setattr(writer, "_room_after", failing_room_after)
+        job = await submit_one(store)
+        await journal_of(store).flush()  # committed, then the measure fails: a reload
+
+        await _serving_again(store)
+        assert file_query(tmp_path, "SELECT count(*) FROM events") == [(1,)]
+        assert (await store.get(TENANT, job.id)).status is JobStatus.QUEUED
+    finally:
+        await store.close()
 
 
 async def test_an_answered_submit_is_in_the_log_before_sqlite_has_it(
@@ -172,7 +287,7 @@ async def test_the_log_reaches_sqlite_within_the_apply_interval(tmp_path: Path) 
         await store.close()
 
 
-async def test_a_log_past_its_byte_bound_reaches_sqlite_before_the_answer(
+async def test_a_batch_too_large_for_the_log_goes_to_sqlite_with_the_log_before_its_answer(
     tmp_path: Path, held_log: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(writer_module, "APPLY_BYTES", 4096)
