@@ -169,8 +169,9 @@ class Journal(Generic[S]):
         #: checkpoints on the thread)
         inline = sync == "normal" if inline is None else inline
         self.writer = Writer(
-            directory, tables, sync, events_cap, checkpoint_every, max_pages, inline
-        )
+            directory, tables, sync, events_cap, checkpoint_every, max_pages, inline,
+            log_limit=reserve // 4,  # the log's bytes come out of the reserve
+        )  # fmt: skip
         self._lock = DirLock(directory)
         self._executor: ThreadPoolExecutor | None = None
         self._reader: sqlite3.Connection | None = None
@@ -546,9 +547,10 @@ class Journal(Generic[S]):
     def _check_fits(self, work: Work) -> None:
         """Under the log, what SQLite could not hold must fail now, as its commit would
         have, not at the apply after it was answered (the room is SQLite's: the disk's
-        free space, max_page_count, the file-size limit; the log itself, under
-        APPLY_BYTES, comes out of the reserve)."""
-        if estimate_bytes(work) > self._room - self.writer.logged_bytes:
+        free space, max_page_count, the file-size limit)."""
+        writer = self.writer
+        # its bytes twice (in the log, then in SQLite while the log still holds them)
+        if 2 * estimate_bytes(work) > self._room - writer.logged_bytes - writer.log_file.size:
             raise OSError(errno.ENOSPC, "no room in the data directory for this commit")
 
     async def _apply(self, now: float) -> None:

@@ -66,17 +66,18 @@ def entries(data: bytes, after: int) -> Iterator[tuple[int, Any]]:
             return  # cut short or damaged: never acknowledged
         if expected is not None and seq != expected:
             return
+        offset += _HEADER.size + length
+        expected = seq + 1
+        if seq <= after:
+            continue  # SQLite holds it: not even read
+        if seq != wanted:
+            return
+        wanted += 1
         try:
             batch = _PlainUnpickler(io.BytesIO(body)).load()
         except Exception as error:
             raise LogDamaged(f"entry {seq} cannot be read ({error})") from None
-        offset += _HEADER.size + length
-        expected = seq + 1
-        if seq > after:
-            if seq != wanted:
-                return
-            wanted += 1
-            yield seq, batch
+        yield seq, batch
 
 
 class CommitLog:

@@ -149,6 +149,7 @@ class Writer:
         checkpoint_every: float = 30.0,
         max_pages: int | None = None,
         inline: bool = False,
+        log_limit: int = APPLY_BYTES,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"data sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
@@ -168,6 +169,8 @@ class Writer:
         self._log_seq = 0  # the last sequence number logged (or applied)
         self._oldest_logged = 0.0  # time.monotonic() the oldest of _logged was logged
         self._log_replayed = False  # until then, close() must leave the log file alone
+        #: the log's bound in bytes besides APPLY_BYTES (the journal's: a part of its reserve)
+        self.log_limit = log_limit
         self._wal_pages = 0  # inline: pages taken to be in the WAL since its last checkpoint
         self._con: sqlite3.Connection | None = None
         self._events_held = 0
@@ -225,7 +228,13 @@ class Writer:
         self._count_events()  # (the audit cap applies to what the replay adds)
         self._log_seq = replayed[-1][0] if replayed else applied
         if replayed:
-            works = [_from_batch(batch) for _, batch in replayed]
+            try:
+                works = [_from_batch(batch) for _, batch in replayed]
+            except (TypeError, ValueError) as error:
+                raise DataDirRefused(
+                    f"{self.log_file.path}: an entry is not a batch ({error}); jobgate does "
+                    "not start on it (restore the directory from a backup)"
+                ) from None
             try:
                 self._transaction(works, works[-1].now, applied_seq=self._log_seq)
             except sqlite3.DatabaseError as error:
@@ -338,8 +347,9 @@ class Writer:
         return self._oldest_logged + APPLY_EVERY
 
     def too_large_to_log(self, work: Work) -> bool:
-        """Whether `work` would bring the log to APPLY_BYTES: commit it with apply()."""
-        return self.logged_bytes + estimate_bytes(work) >= APPLY_BYTES
+        """Whether `work` would bring the log to APPLY_BYTES (or `log_limit`): commit it
+        with apply() instead."""
+        return self.logged_bytes + estimate_bytes(work) >= min(APPLY_BYTES, self.log_limit)
 
     def to_apply(self, now: float, unlogged: Work | None = None) -> Work:
         """What the logged batches (and `unlogged`) write, summed up as one Work (its
@@ -358,9 +368,10 @@ class Writer:
         summary.expired = self._transaction(works, summary.now, self._log_seq)
         if unlogged is not None and not unlogged.empty:
             self.commits += 1
-        self._logged.clear()  # (at once: a failure measuring the room must not apply twice)
+        self._logged.clear()  # (at once: nothing after the COMMIT may apply them twice)
         self.logged_bytes = 0
-        self.log_file.empty()
+        with contextlib.suppress(OSError):  # (left in the log, they are past APPLIED: skipped)
+            self.log_file.empty()
         if checkpoint:
             self._checkpoint_after_commit()
         return self._room_after(estimate_bytes(summary))
@@ -450,7 +461,8 @@ class Writer:
         measure less `added` (what a commit may have added: an underestimate)."""
         stale = time.monotonic() - self._room_measured >= ROOM_MEASURE_EVERY
         if stale or self._room < ROOM_MEASURE_BELOW:
-            return self.room()
+            with contextlib.suppress(OSError, sqlite3.Error):  # (after a COMMIT: never fail it)
+                return self.room()
         self._room -= added
         return self._room
 

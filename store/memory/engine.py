@@ -104,6 +104,10 @@ class LocalEngine(Operators):
 
     async def close(self) -> None:
         self._closed = True
+        if self._reloading is not None:  # (a reload retrying while the disk is full)
+            self._reloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloading
         await self._stop_backfill(StoreUnavailable("the store is closed"))
         self._wake()
         if self._journal is not None:

@@ -303,6 +303,35 @@ async def test_a_batch_too_large_for_the_log_goes_to_sqlite_with_the_log_before_
         await store.close()
 
 
+async def test_a_large_batch_that_fails_fails_alone_and_the_logged_ones_reach_sqlite(
+    tmp_path: Path, held_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "APPLY_BYTES", 4096)
+    monkeypatch.setattr(engine_module, "RELOAD_RETRY", 0.01)
+    store = await open_store(tmp_path, housekeeping_every=3600)
+    try:
+        writer = journal_of(store).writer
+        real_apply, failures = writer.apply, [1]
+
+        def failing_apply(summary: Work, *args: Any) -> int:
+            if failures:
+                failures.pop()
+                raise sqlite3.OperationalError("database or disk is full")
+            return real_apply(summary, *args)
+
+        monkeypatch.setattr(writer, "apply", failing_apply)
+        logged = await submit_one(store, payload=b"s")  # answered from the log
+        with pytest.raises(StoreUnavailable):
+            await submit_one(store, payload=b"L" * 8192)  # too large to log: its commit fails
+
+        await _serving_again(store)
+        assert file_query(tmp_path, "SELECT id FROM records") == [(logged.id,)]
+        assert sum((await store.queue_depths()).values()) == 1  # memory went back to the file
+        assert (await store.get(TENANT, logged.id)).status is JobStatus.QUEUED
+    finally:
+        await store.close()
+
+
 async def test_a_clean_stop_leaves_the_sqlite_file_alone(tmp_path: Path, held_log: None) -> None:
     store = await open_store(tmp_path, housekeeping_every=3600)
     job = await submit_one(store)
