@@ -8,7 +8,7 @@ the reasons are the contract's own (jobgate/v1/errors.py), not a copy.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from google.protobuf import duration_pb2
@@ -172,12 +172,20 @@ def is_failure(error: BaseException) -> bool:
     return isinstance(error, StoreUnavailable) or not isinstance(error, StoreError)
 
 
-@contextlib.contextmanager
-def reporting(on_failure: FailureHook, operation: str) -> Iterator[None]:
-    """Tell `on_failure` about a failure raised inside, then let it propagate."""
-    try:
-        yield
-    except Exception as error:
-        if is_failure(error):
-            on_failure(operation)
-        raise
+class reporting(contextlib.AbstractContextManager[None]):  # lower case: read as a function
+    """Tell `on_failure` about a failure raised inside, then let it propagate.
+
+    A class, not a generator: it wraps every store call, and a generator's
+    context manager costs about a microsecond more a call."""
+
+    __slots__ = ("_on_failure", "_operation")
+
+    def __init__(self, on_failure: FailureHook, operation: str) -> None:
+        self._on_failure = on_failure
+        self._operation = operation
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: object
+    ) -> None:
+        if isinstance(error, Exception) and is_failure(error):
+            self._on_failure(self._operation)

@@ -15,6 +15,7 @@ JobSpec carries is also one `JobSpec` attribute (and its validation).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from collections.abc import Callable, Mapping
@@ -102,9 +103,11 @@ COPIED: tuple[str, ...] = tuple(
 )
 
 
-def stamped(transition: str) -> list[tuple[str, Stamp]]:
-    """The fields `transition` stamps with the clock, and how."""
-    return [(f.name, f.stamps[transition]) for f in JOB_FIELDS if transition in f.stamps]
+@functools.cache
+def stamped(transition: str) -> tuple[tuple[str, Stamp], ...]:
+    """The fields `transition` stamps with the clock, and how (read once a transition:
+    LocalEngine stamps on every claim)."""
+    return tuple((f.name, f.stamps[transition]) for f in JOB_FIELDS if transition in f.stamps)
 
 
 def copied(spec: JobSpec) -> dict[str, object]:

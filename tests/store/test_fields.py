@@ -25,7 +25,7 @@ def test_a_job_keeps_the_job_spec_fields_that_are_not_the_stores_business() -> N
 
 
 def test_the_claim_stamps_the_start_time_every_time() -> None:
-    assert fields.stamped("claim") == [("start_time", fields.Stamp.ALWAYS)]
+    assert fields.stamped("claim") == (("start_time", fields.Stamp.ALWAYS),)
 
 
 @pytest.mark.parametrize(
