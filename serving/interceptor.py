@@ -65,25 +65,45 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return deserialize
 
 
-class _Call:
-    """Bookkeeping of one call: drain gate, in-flight count, metrics, status."""
+class _Method:
+    """What every call of one method shares: its labels' metric children, found once
+    (a `labels()` lookup costs about 1.5 us, three a call on the hot path)."""
 
     def __init__(self, interceptor: ServingInterceptor, kind: str, method: str) -> None:
         service, _, name = method.lstrip("/").rpartition("/")
-        self._lifecycle = interceptor.lifecycle
-        self._metrics = interceptor.metrics
-        self._labels = (kind, service, name)
+        metrics = interceptor.metrics
+        self.lifecycle = interceptor.lifecycle
+        self.method = method
+        self.labels = (kind, service, name)
+        self.started = metrics.grpc_started.labels(*self.labels)
+        self.handling = metrics.grpc_handling.labels(*self.labels)
+        self._handled = metrics.grpc_handled
+        self._handled_by_code: dict[str, Any] = {}
+
+    def handled(self, code: str) -> Any:
+        child = self._handled_by_code.get(code)
+        if child is None:
+            child = self._handled_by_code[code] = self._handled.labels(*self.labels, code)
+        return child
+
+
+class _Call:
+    """Bookkeeping of one call: drain gate, in-flight count, metrics, status."""
+
+    __slots__ = ("_counted", "_method", "_start", "code")
+
+    def __init__(self, method: _Method) -> None:
         self._method = method
         self._start = time.perf_counter()
         self.code = "OK"
         self._counted = False
 
     def begin(self, request: Any) -> None:
-        self._metrics.grpc_started.labels(*self._labels).inc()
-        self._lifecycle.enter()
+        self._method.started.inc()
+        self._method.lifecycle.enter()
         if request is _UNDECODABLE:
             raise ValidationError([FieldViolation("request", "is not a valid message")])
-        if self._lifecycle.draining:
+        if self._method.lifecycle.draining:
             raise ShuttingDown()
 
     async def fail(self, error: BaseException, context: Context) -> None:
@@ -94,7 +114,7 @@ class _Call:
         if not isinstance(error, Exception):  # cancelled, generator closed, interrupt
             self.code = "CANCELLED"
             return
-        status: status_pb2.Status = to_status(error, self._method)
+        status: status_pb2.Status = to_status(error, self._method.method)
         self.code = _CODE_NAMES.get(status.code, "UNKNOWN")
         # counted before the status leaves, as an answer is counted before it is
         # sent: whoever saw the answer finds it in the metrics
@@ -102,15 +122,15 @@ class _Call:
         await context.abort_with_status(rpc_status.to_status(status))
 
     def end(self) -> None:
-        self._lifecycle.leave()
+        self._method.lifecycle.leave()
         self._handled()
 
     def _handled(self) -> None:
         if self._counted:
             return
         self._counted = True
-        self._metrics.grpc_handled.labels(*self._labels, self.code).inc()
-        self._metrics.grpc_handling.labels(*self._labels).observe(time.perf_counter() - self._start)
+        self._method.handled(self.code).inc()
+        self._method.handling.observe(time.perf_counter() - self._start)
 
     @contextlib.asynccontextmanager
     async def running(self, request: Any, context: Context) -> AsyncIterator[None]:
@@ -169,16 +189,28 @@ class ServingInterceptor(_Interceptor):
         return handler
 
     def _wrap_unary(self, method: str, behavior: UnaryBehavior) -> UnaryBehavior:
+        shared = _Method(self, "unary", method)
+
         async def unary(request: Any, context: Context) -> Any:
-            async with _Call(self, "unary", method).running(request, context):
+            # Call.running written out: this runs on every unary call
+            call = _Call(shared)
+            try:
+                call.begin(request)
                 return await behavior(request, context)
+            except BaseException as error:
+                await call.fail(error, context)
+                raise
+            finally:
+                call.end()
 
         return unary
 
     def _wrap_stream(self, method: str, behavior: StreamBehavior) -> StreamBehavior:
+        shared = _Method(self, "server_stream", method)
+
         async def stream(request: Any, context: Context) -> AsyncGenerator[Any, None]:
             async with (
-                _Call(self, "server_stream", method).running(request, context),
+                _Call(shared).running(request, context),
                 contextlib.aclosing(behavior(request, context)) as responses,
             ):
                 async for response in responses:
