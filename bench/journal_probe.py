@@ -7,8 +7,9 @@ and `batch` (BatchSubmit of 100, then report_and_claim 8 at a time).
     python -m bench.journal_probe single normal 4000
 
 A figure of one process's CPU, so less at the mercy of the host than the
-end-to-end rows; compare trees by running each tree's copy alternately
-(PYTHONPATH=<tree>).
+end-to-end rows; compare trees by running this copy against each alternately
+(`PYTHONPATH=<tree> python bench/journal_probe.py single memory`; `memory`
+also runs on trees from before the durable store, such as c50a4cd).
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ import argparse
 import asyncio
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from store import open_store
-from store.model import JobSpec, JobStatus, LeaseResult, ResultReport, StoreSettings, SubmitRequest
-from store.protocol import Store
+from store.model import JobSpec, JobStatus, ResultReport, StoreSettings, SubmitRequest
+
+if TYPE_CHECKING:  # names an older tree lacks: this copy also runs on c50a4cd (in memory)
+    from store.model import LeaseResult
+    from store.protocol import Store
 
 PAYLOAD = b"x" * 1024
 MODEL = "probe"
