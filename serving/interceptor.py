@@ -67,7 +67,7 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
 
 class _Method:
     """What every call of one method shares: its labels' metric children, found once
-    (a `labels()` lookup costs about 1.5 us, three a call on the hot path)."""
+    (a `labels()` lookup costs about 0.9 us, three a call on the hot path)."""
 
     def __init__(self, interceptor: ServingInterceptor, kind: str, method: str) -> None:
         service, _, name = method.lstrip("/").rpartition("/")

@@ -187,5 +187,10 @@ class reporting(contextlib.AbstractContextManager[None]):  # lower case: read as
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: object
     ) -> None:
+        if error is not None:
+            self.saw(error)
+
+    def saw(self, error: BaseException) -> None:
+        """Tell `on_failure` if `error`, raised by the operation, is a failure."""
         if isinstance(error, Exception) and is_failure(error):
             self._on_failure(self._operation)

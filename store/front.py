@@ -421,6 +421,7 @@ class _Answering(contextlib.AbstractAsyncContextManager[None]):
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: object
     ) -> None:
         report = self._front._reporting(self._operation)
-        with report:
+        with report:  # a failure to settle is the one reported
             await self._front.engine.settled()
-        report.__exit__(kind, error, traceback)  # the call's own failure, once settled
+        if error is not None:
+            report.saw(error)
