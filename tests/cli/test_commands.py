@@ -197,8 +197,11 @@ def test_an_unknown_job_is_one_line_on_stderr_and_exit_3(cli: Cli) -> None:
 
 
 def test_an_unreachable_server_is_one_line_and_exit_3(cli: Cli) -> None:
+    # A refused connection fails the call at once (no wait_for_ready); the deadline is
+    # only a bound, so a loaded host must not reach it first (a CI run met
+    # DEADLINE_EXCEEDED at 1 s).
     result = cli.run(
-        "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--target", "127.0.0.1:1", "--timeout", "1"
+        "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--target", "127.0.0.1:1", "--timeout", "30"
     )
 
     assert result.returncode == 3
